@@ -1,0 +1,456 @@
+//! The `KvBackend` trait: the small surface an engine implements.
+//!
+//! An engine provides ordered point reads and range scans ([`ReadView`]), atomic conditional
+//! batches with a durability choice, a consistent read view, flush and close. Everything else
+//! (typed rows, MVCC, transactions, fencing, Keystone ids) is derived once, above this trait, in
+//! this crate. [`crate::memory::MemoryBackend`] is the reference model and the template a new
+//! engine copies.
+//!
+//! Keys and values are arbitrary byte strings; keys compare as unsigned bytes (`memcmp`), shorter
+//! first on a common prefix. Engines must not impose another order.
+
+use std::fmt;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::keys;
+
+/// One key/value pair returned by a scan.
+pub type KvPair = (Bytes, Bytes);
+
+/// Scan direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Ascending byte order.
+    #[default]
+    Ascending,
+    /// Descending byte order.
+    Descending,
+}
+
+/// A range of keys: `start` and `end` bounds in byte order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRange {
+    /// Lower bound.
+    pub start: Bound<Bytes>,
+    /// Upper bound.
+    pub end: Bound<Bytes>,
+}
+
+impl KeyRange {
+    /// Every key.
+    pub fn all() -> KeyRange {
+        KeyRange {
+            start: Bound::Unbounded,
+            end: Bound::Unbounded,
+        }
+    }
+
+    /// `[start, end)`.
+    pub fn new(start: impl Into<Bytes>, end: impl Into<Bytes>) -> KeyRange {
+        KeyRange {
+            start: Bound::Included(start.into()),
+            end: Bound::Excluded(end.into()),
+        }
+    }
+
+    /// Every key that starts with `prefix`. A prefix of only `0xFF` bytes (or an empty one) has
+    /// no finite successor, so its range is open at the top.
+    pub fn prefix(prefix: &[u8]) -> KeyRange {
+        let end = match prefix_successor(prefix) {
+            Some(s) => Bound::Excluded(Bytes::from(s)),
+            None => Bound::Unbounded,
+        };
+        KeyRange {
+            start: Bound::Included(Bytes::copy_from_slice(prefix)),
+            end,
+        }
+    }
+
+    /// Whether `key` lies in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let above = match &self.start {
+            Bound::Included(s) => key >= s.as_ref(),
+            Bound::Excluded(s) => key > s.as_ref(),
+            Bound::Unbounded => true,
+        };
+        let below = match &self.end {
+            Bound::Included(e) => key <= e.as_ref(),
+            Bound::Excluded(e) => key < e.as_ref(),
+            Bound::Unbounded => true,
+        };
+        above && below
+    }
+
+    /// Whether the range can hold no key at all.
+    pub fn is_empty(&self) -> bool {
+        match (&self.start, &self.end) {
+            (Bound::Included(s), Bound::Included(e)) => s > e,
+            (Bound::Included(s), Bound::Excluded(e))
+            | (Bound::Excluded(s), Bound::Included(e))
+            | (Bound::Excluded(s), Bound::Excluded(e)) => s >= e,
+            _ => false,
+        }
+    }
+
+    /// The part of this range strictly after `key` (for resuming an ascending scan).
+    pub fn after(&self, key: &[u8]) -> KeyRange {
+        KeyRange {
+            start: Bound::Excluded(Bytes::copy_from_slice(key)),
+            end: self.end.clone(),
+        }
+    }
+
+    /// The part of this range strictly before `key` (for resuming a descending scan).
+    pub fn before(&self, key: &[u8]) -> KeyRange {
+        KeyRange {
+            start: self.start.clone(),
+            end: Bound::Excluded(Bytes::copy_from_slice(key)),
+        }
+    }
+
+    /// The bounds as borrowed slices, for engines' range APIs.
+    pub fn as_slices(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
+        (as_slice(&self.start), as_slice(&self.end))
+    }
+}
+
+fn as_slice(b: &Bound<Bytes>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_ref()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`, if there is one.
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut s = prefix.to_vec();
+    while let Some(last) = s.pop() {
+        if last != 0xFF {
+            s.push(last + 1);
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// How durable a batch must be before `write` returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Return only once the batch survives a crash of the process and of the machine
+    /// (fsync, a synced WAL, a flushed object PUT).
+    #[default]
+    Durable,
+    /// Return once the batch is applied and visible; it may be lost in a crash until the next
+    /// durable write or [`KvBackend::flush`].
+    Buffered,
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Durability::Durable => "durable",
+            Durability::Buffered => "buffered",
+        })
+    }
+}
+
+/// One write of a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchOp {
+    /// Set `key` to `value`.
+    Put(Bytes, Bytes),
+    /// Remove `key` (no error when absent).
+    Delete(Bytes),
+}
+
+impl BatchOp {
+    /// The key written.
+    pub fn key(&self) -> &Bytes {
+        match self {
+            BatchOp::Put(k, _) | BatchOp::Delete(k) => k,
+        }
+    }
+}
+
+/// A condition the store must find true, atomically with applying the batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Precondition {
+    /// The key to check.
+    pub key: Bytes,
+    /// The value it must hold; `None`: the key must be absent.
+    pub expected: Option<Bytes>,
+}
+
+/// An atomic batch: all its writes land, or none do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    /// Writes in order; a later write to the same key wins.
+    pub ops: Vec<BatchOp>,
+    /// Conditions checked atomically before the writes apply.
+    pub preconditions: Vec<Precondition>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    /// Add a put.
+    pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> &mut Self {
+        self.ops.push(BatchOp::Put(key.into(), value.into()));
+        self
+    }
+
+    /// Add a delete.
+    pub fn delete(&mut self, key: impl Into<Bytes>) -> &mut Self {
+        self.ops.push(BatchOp::Delete(key.into()));
+        self
+    }
+
+    /// Require `key` to hold `expected` (`None`: to be absent) when the batch applies.
+    pub fn expect(&mut self, key: impl Into<Bytes>, expected: Option<Bytes>) -> &mut Self {
+        self.preconditions.push(Precondition {
+            key: key.into(),
+            expected,
+        });
+        self
+    }
+
+    /// Number of writes.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether there is nothing to write and nothing to check.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.preconditions.is_empty()
+    }
+
+    /// Reject empty keys before anything is applied.
+    pub fn validate(&self) -> Result<()> {
+        for op in &self.ops {
+            if op.key().is_empty() {
+                return Err(Error::InvalidArgument(
+                    "a batch holds a write to the empty key; every key starts with a tag".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Check every precondition of `batch` with `get` (a read of the current state, taken while the
+/// engine holds whatever lock makes check-and-apply atomic). Engines call this helper rather than
+/// writing the comparison again.
+pub fn check_preconditions<F>(batch: &WriteBatch, mut get: F) -> Result<()>
+where
+    F: FnMut(&[u8]) -> Result<Option<Bytes>>,
+{
+    for p in &batch.preconditions {
+        let found = get(&p.key)?;
+        if found.as_deref() != p.expected.as_deref() {
+            return Err(Error::ConditionFailed {
+                key: keys::render(&p.key),
+                raw_key: p.key.to_vec(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What an engine can and cannot do. Tests and the conformance suite read this instead of
+/// skipping checks silently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Data survives closing and reopening (false for in-memory stores).
+    pub persistent: bool,
+    /// A second opener of the same store is refused with [`Error::Locked`].
+    pub exclusive_open: bool,
+    /// A second opener fences the first (SlateDB): the first one's writes fail with
+    /// [`Error::Fenced`].
+    pub fences_on_open: bool,
+    /// [`KvBackend::view`] is a true point-in-time view of every key.
+    pub point_in_time_views: bool,
+}
+
+/// Point reads and ordered scans: what a read view and a live store both offer.
+///
+/// # Contract
+/// - `get` returns the value last written to the key, or `None`.
+/// - `scan` returns at most `limit` pairs of keys inside `range`, in `order`, each key once.
+///   `limit` must be at least 1. Callers that want more call again with the range narrowed past
+///   the last key returned ([`KeyRange::after`]/[`KeyRange::before`], or [`Pager`]). No scan
+///   returns a whole table at once.
+/// - On a view, every call sees the same point in time. On a live store, each call sees some
+///   state at least as new as every write acknowledged before it began.
+#[async_trait]
+pub trait ReadView: Send + Sync {
+    /// Read one key.
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>>;
+
+    /// Read at most `limit` pairs of `range` in `order`.
+    async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>>;
+}
+
+/// An ordered key-value engine that RockLake can store a catalog in.
+///
+/// # Contract
+/// - **Reads** ([`ReadView`]) on the store see every write acknowledged before they began.
+/// - **`write`** is atomic: either every op of the batch is applied, or none is. Before applying
+///   it checks each [`Precondition`] against the current state, atomically with the apply; if
+///   one fails it returns [`Error::ConditionFailed`] and applies nothing. With
+///   [`Durability::Durable`] it returns `Ok` only once the batch survives a crash; with
+///   [`Durability::Buffered`] once it is visible to reads. An `Err` means the batch did not land
+///   — an engine that cannot tell (e.g. fenced after the write was buffered) must make sure it
+///   never becomes visible, and report [`Error::Fenced`].
+/// - **`view`** returns a consistent read view: all of its reads see one point in time, no
+///   matter what is written meanwhile. Engines without native snapshots must still honour this
+///   (see the sled crate) or say so in [`Capabilities::point_in_time_views`].
+/// - **`flush`** makes every acknowledged buffered write durable.
+/// - **`close`** flushes and releases the store; every later call returns [`Error::Closed`].
+///   Closing twice is not an error.
+/// - Implementations must not block the async runtime: blocking engines run their calls under
+///   `tokio::task::spawn_blocking`.
+#[async_trait]
+pub trait KvBackend: ReadView + fmt::Debug {
+    /// Engine name: `memory`, `slatedb`, `rocksdb`, `sled`.
+    fn engine(&self) -> &'static str;
+
+    /// What this engine can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Apply a batch atomically, checking its preconditions first.
+    async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()>;
+
+    /// A consistent, point-in-time read view.
+    async fn view(&self) -> Result<Arc<dyn ReadView>>;
+
+    /// Make every acknowledged write durable.
+    async fn flush(&self) -> Result<()>;
+
+    /// Flush and release the store.
+    async fn close(&self) -> Result<()>;
+}
+
+/// Pages through a range of any [`ReadView`], `page` pairs at a time, resuming after the last
+/// key returned. Use it on a view for a consistent walk of a whole table.
+pub struct Pager<'a> {
+    view: &'a dyn ReadView,
+    range: KeyRange,
+    order: Order,
+    page: usize,
+    remaining: Option<usize>,
+    done: bool,
+}
+
+impl<'a> Pager<'a> {
+    /// Walk `range` in `order`, `page` pairs per call.
+    pub fn new(view: &'a dyn ReadView, range: KeyRange, order: Order, page: usize) -> Pager<'a> {
+        Pager {
+            view,
+            range,
+            order,
+            page: page.max(1),
+            remaining: None,
+            done: false,
+        }
+    }
+
+    /// Stop after `limit` pairs in total.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.remaining = Some(limit);
+        self.done = limit == 0;
+        self
+    }
+
+    /// The next page, or `None` when the range is exhausted.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<KvPair>>> {
+        if self.done || self.range.is_empty() {
+            return Ok(None);
+        }
+        let want = match self.remaining {
+            Some(r) => r.min(self.page),
+            None => self.page,
+        };
+        let items = self.view.scan(&self.range, self.order, want).await?;
+        if items.len() < want {
+            self.done = true;
+        }
+        if let Some(r) = &mut self.remaining {
+            *r -= items.len().min(*r);
+            if *r == 0 {
+                self.done = true;
+            }
+        }
+        if let Some((last, _)) = items.last() {
+            self.range = match self.order {
+                Order::Ascending => self.range.after(last),
+                Order::Descending => self.range.before(last),
+            };
+        }
+        if items.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(items))
+    }
+}
+
+/// Read helpers derived once from [`ReadView`]; implementors never write these.
+#[async_trait]
+pub trait ReadViewExt: ReadView {
+    /// The first pair of `range` in `order`.
+    async fn first(&self, range: &KeyRange, order: Order) -> Result<Option<KvPair>> {
+        Ok(self.scan(range, order, 1).await?.into_iter().next())
+    }
+
+    /// Count the keys of a range, paging through it.
+    async fn count(&self, range: KeyRange) -> Result<u64>
+    where
+        Self: Sized,
+    {
+        let mut pager = Pager::new(self, range, Order::Ascending, 1024);
+        let mut n = 0u64;
+        while let Some(page) = pager.next_page().await? {
+            n += page.len() as u64;
+        }
+        Ok(n)
+    }
+}
+
+impl<T: ReadView + ?Sized> ReadViewExt for T {}
+
+/// Count the keys of a range of any view (also for `dyn ReadView`).
+pub async fn count_range(view: &dyn ReadView, range: KeyRange) -> Result<u64> {
+    let mut pager = Pager::new(view, range, Order::Ascending, 1024);
+    let mut n = 0u64;
+    while let Some(page) = pager.next_page().await? {
+        n += page.len() as u64;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ranges_stop_at_the_next_tag() {
+        let r = KeyRange::prefix(&[0x05]);
+        assert!(r.contains(&[0x05]));
+        assert!(r.contains(&[0x05, 0xFF, 0xFF]));
+        assert!(!r.contains(&[0x06]));
+        assert!(!r.contains(&[0x04, 0xFF]));
+        let r = KeyRange::prefix(&[0xFF]);
+        assert!(r.contains(&[0xFF, 0xFF, 0xFF]));
+        assert_eq!(r.end, Bound::Unbounded);
+        assert_eq!(prefix_successor(&[0x01, 0xFF]), Some(vec![0x02]));
+        assert_eq!(prefix_successor(&[0xFF, 0xFF]), None);
+    }
+}
