@@ -27,6 +27,47 @@ use crate::tags::{self, system, ValueKind};
 use crate::txn::Transaction;
 use crate::values::{self, AuditEntry, Binding, Row};
 
+/// Shares durability barriers between commits that arrive together.
+///
+/// Commits are applied one at a time under the commit lock and numbered; a committer then waits
+/// for a flush that started after its batch was applied. The first waiter flushes everything
+/// applied so far; those queued behind it find their number covered and return at once.
+#[derive(Debug, Default)]
+pub(crate) struct GroupCommit {
+    applied: std::sync::atomic::AtomicU64,
+    durable: tokio::sync::Mutex<u64>,
+}
+
+impl GroupCommit {
+    /// Number the batch just applied (call under the commit lock).
+    pub(crate) fn applied(&self) -> u64 {
+        self.applied.fetch_add(1, AtomicOrdering::AcqRel) + 1
+    }
+
+    /// Return once batch `seq` is durable.
+    pub(crate) async fn wait_durable(&self, seq: u64, cat: &Catalog) -> Result<()> {
+        let mut durable = self.durable.lock().await;
+        if *durable >= seq {
+            return Ok(());
+        }
+        let upto = self.applied.load(AtomicOrdering::Acquire);
+        match cat.inner.backend.flush().await {
+            Ok(()) => {
+                *durable = upto;
+                Ok(())
+            }
+            Err(Error::Fenced {
+                current, detail, ..
+            }) => Err(Error::Fenced {
+                mine: cat.inner.epoch.unwrap_or(0),
+                current,
+                detail,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// The catalog format this binary writes and reads.
 pub const FORMAT_VERSION: u64 = 1;
 
@@ -130,6 +171,7 @@ pub(crate) struct Inner {
     pub(crate) options: CatalogOptions,
     pub(crate) spaces: Vec<SpaceState>,
     pub(crate) commit_lock: tokio::sync::Mutex<()>,
+    pub(crate) group: GroupCommit,
     /// Keys placed by open transactions: (space code, id) -> how many.
     pub(crate) placed: Mutex<HashMap<(u8, u64), u32>>,
     readers: Mutex<Readers>,
@@ -254,6 +296,7 @@ impl Catalog {
                 options,
                 spaces,
                 commit_lock: tokio::sync::Mutex::new(()),
+                group: GroupCommit::default(),
                 placed: Mutex::new(HashMap::new()),
                 readers: Mutex::new(Readers::default()),
                 readers_changed: Notify::new(),
@@ -309,13 +352,12 @@ impl Catalog {
         );
         match self.inner.backend.write(batch, durability).await {
             Ok(()) => Ok(()),
-            Err(Error::ConditionFailed { raw_key, key }) if raw_key == ekey => {
+            Err(Error::ConditionFailed { raw_key, .. }) if raw_key == ekey => {
                 let current = read_u64(self.inner.backend.as_ref(), &ekey)
                     .await
                     .ok()
                     .flatten()
                     .unwrap_or(0);
-                let _ = key;
                 Err(Error::Fenced {
                     mine: epoch,
                     current,

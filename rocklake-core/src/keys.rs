@@ -118,7 +118,7 @@ pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
         .chars()
         .filter(|c| !c.is_whitespace() && *c != ':' && *c != '-')
         .collect();
-    if cleaned.len() % 2 != 0 {
+    if !cleaned.len().is_multiple_of(2) {
         return Err(format!("hex {text:?} has an odd number of digits"));
     }
     (0..cleaned.len())

@@ -14,13 +14,33 @@ use std::sync::Arc;
 use bytes::Bytes;
 use prost::Message;
 
-use crate::backend::{ReadView, WriteBatch};
+use crate::backend::{Durability, ReadView, WriteBatch};
 use crate::catalog::{now_micros, Catalog};
 use crate::error::{Error, Result};
 use crate::keys::{self, Key};
 use crate::keystone::{self, IdSpace, MAX_DRAWS};
 use crate::tags::{self, ValueKind};
 use crate::values::{Binding, BindingState, Row, Value};
+
+/// Stands in for the view after commit (a committed transaction reads nothing more).
+struct EmptyView;
+static EMPTY_VIEW: EmptyView = EmptyView;
+
+#[async_trait::async_trait]
+impl ReadView for EmptyView {
+    async fn get(&self, _key: &[u8]) -> Result<Option<Bytes>> {
+        Err(Error::Closed)
+    }
+
+    async fn scan(
+        &self,
+        _range: &crate::backend::KeyRange,
+        _order: crate::backend::Order,
+        _limit: usize,
+    ) -> Result<Vec<crate::backend::KvPair>> {
+        Err(Error::Closed)
+    }
+}
 
 /// Where the key of an inserted row comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +85,8 @@ pub struct CommitInfo {
 /// A transaction on a [`Catalog`].
 pub struct Transaction {
     cat: Catalog,
-    view: Arc<dyn ReadView>,
+    /// Taken (dropped) at commit, so engines with copy-on-write views do not copy for nothing.
+    view: Option<Arc<dyn ReadView>>,
     read_snapshot: u64,
     write_snapshot: Option<u64>,
     writes: BTreeMap<Bytes, Option<Bytes>>,
@@ -112,7 +133,7 @@ impl Transaction {
     pub(crate) fn new(cat: Catalog, view: Arc<dyn ReadView>, read_snapshot: u64) -> Transaction {
         Transaction {
             cat,
-            view,
+            view: Some(view),
             read_snapshot,
             write_snapshot: None,
             writes: BTreeMap::new(),
@@ -134,7 +155,10 @@ impl Transaction {
 
     /// The transaction's read view (without its own writes).
     pub fn view(&self) -> &dyn ReadView {
-        self.view.as_ref()
+        match &self.view {
+            Some(v) => v.as_ref(),
+            None => &EMPTY_VIEW,
+        }
     }
 
     /// Number of keys written so far.
@@ -152,7 +176,7 @@ impl Transaction {
         if let Some(w) = self.writes.get(key) {
             return Ok(w.clone());
         }
-        self.view.get(key).await
+        self.view().get(key).await
     }
 
     /// Write a row under `key` (any row table). The cells are checked against the table.
@@ -484,6 +508,7 @@ impl Transaction {
     /// Commit: everything lands atomically, or nothing does.
     pub async fn commit(mut self) -> Result<CommitInfo> {
         let cat = self.cat.clone();
+        self.view = None;
         if self.writes.is_empty() && self.conds.is_empty() {
             return Ok(CommitInfo {
                 snapshot: None,
@@ -502,7 +527,7 @@ impl Transaction {
         for (k, v) in std::mem::take(&mut self.conds) {
             batch.expect(k, v);
         }
-        let _guard = cat.inner.commit_lock.lock().await;
+        let guard = cat.inner.commit_lock.lock().await;
         // Named keys at or above the stored counter raise it in the same batch, so the stored
         // mark is never behind a committed key. Computed under the commit lock: monotonic.
         let mut raises = Vec::new();
@@ -516,10 +541,20 @@ impl Transaction {
                 raises.push((st, *need));
             }
         }
-        match cat.write_fenced(batch, cat.inner.options.durability).await {
+        // Group commit: the batch is applied (preconditions checked) under the commit lock, but
+        // its durability barrier is awaited after the lock is released, so commits that arrive
+        // together share one flush (one fsync, one SlateDB WAL write). A commit is acknowledged
+        // only after a flush that covers it.
+        let durable = cat.inner.options.durability == Durability::Durable;
+        match cat.write_fenced(batch, Durability::Buffered).await {
             Ok(()) => {
                 for (st, need) in raises {
                     st.raise_ceiling(need);
+                }
+                let seq = cat.inner.group.applied();
+                drop(guard);
+                if durable {
+                    cat.inner.group.wait_durable(seq, &cat).await?;
                 }
                 Ok(CommitInfo {
                     snapshot: self.write_snapshot,
