@@ -1,1 +1,948 @@
-pub fn x() {}
+//! The same workloads on every engine, side by side, in one process.
+//!
+//! Every workload runs through `KvBackend` and the core (what RockLake users get) and, where it
+//! wraps one engine call, against that raw engine call on the same bytes, so the report shows the
+//! core's overhead as a ratio. The catalog-shaped transactions also run on SQLite (bundled, WAL
+//! mode, `synchronous=FULL` for durable and `OFF` for buffered) with equivalent tables and
+//! statements. [`run`] measures; [`render_markdown`], [`render_svg`] and JSON (serde) report.
+//!
+//! Timings are wall-clock samples of one operation each (or of a fixed-size group for very fast
+//! ones); the report gives the median and the 99th percentile.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rocklake_core::backend::{KeyRange, KvBackend, Order, Pager, WriteBatch};
+use rocklake_core::keys::{self, ColumnKey, DataFileKey, Key, RowKey, TableKey};
+use rocklake_core::keystone;
+use rocklake_core::values::{Row, Value};
+use rocklake_core::{Catalog, CatalogOptions, Durability, KeyChoice, Result};
+use serde::Serialize;
+
+pub mod raw;
+pub mod sqlite;
+
+pub use raw::RawEngine;
+
+/// A backend and, when available, the raw engine handle under it.
+pub type Opened = (Arc<dyn KvBackend>, Option<Arc<dyn RawEngine>>);
+
+/// Opens a fresh store of one engine in a folder.
+pub type OpenFn = Arc<
+    dyn Fn(&std::path::Path) -> futures::future::BoxFuture<'static, Result<Opened>> + Send + Sync,
+>;
+
+/// One engine under test: the RockLake backend and, when available, its raw handle.
+pub struct Subject {
+    /// Display name (`slatedb-file`, `rocksdb`, `sled`, `model`).
+    pub name: String,
+    /// Opens a fresh store of this engine in `dir` (a new sub-folder per call).
+    pub open: OpenFn,
+}
+
+/// One measured row of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    /// Workload group (`codec`, `point`, `scan`, `batch`, `keystone`, `mvcc`, `catalog`, `group-commit`).
+    pub group: String,
+    /// Workload name.
+    pub workload: String,
+    /// Engine (or `sqlite`, `none` for codec).
+    pub engine: String,
+    /// Durability of the writes measured (`durable`, `buffered`, `n/a` for reads).
+    pub durability: String,
+    /// Median time of one operation, nanoseconds.
+    pub median_ns: f64,
+    /// 99th percentile, nanoseconds.
+    pub p99_ns: f64,
+    /// Samples taken.
+    pub samples: usize,
+    /// Median of the raw engine call on the same bytes, when measured.
+    pub raw_median_ns: Option<f64>,
+    /// Median of SQLite doing the same, when measured.
+    pub sqlite_median_ns: Option<f64>,
+    /// Throughput, when the workload reports one (operations per second).
+    pub ops_per_sec: Option<f64>,
+}
+
+impl Measurement {
+    /// Core overhead over the raw engine call.
+    pub fn raw_ratio(&self) -> Option<f64> {
+        self.raw_median_ns.map(|r| self.median_ns / r)
+    }
+
+    /// SQLite time over RockLake time (above 1: RockLake is faster).
+    pub fn sqlite_speedup(&self) -> Option<f64> {
+        self.sqlite_median_ns.map(|s| s / self.median_ns)
+    }
+}
+
+/// Sample statistics.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Sorted samples in nanoseconds.
+    pub ns: Vec<f64>,
+}
+
+impl Stats {
+    /// From durations.
+    pub fn from(mut d: Vec<Duration>) -> Stats {
+        d.sort_unstable();
+        Stats {
+            ns: d.into_iter().map(|d| d.as_nanos() as f64).collect(),
+        }
+    }
+
+    /// Median.
+    pub fn median(&self) -> f64 {
+        percentile(&self.ns, 0.5)
+    }
+
+    /// 99th percentile.
+    pub fn p99(&self) -> f64 {
+        percentile(&self.ns, 0.99)
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// How much to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Samples per workload (upper bound).
+    pub samples: usize,
+    /// Time per workload (upper bound).
+    pub time: Duration,
+    /// Largest table sizes (100k rows) are measured.
+    pub large: bool,
+}
+
+impl Budget {
+    /// A quick run: a few minutes for every engine.
+    pub fn quick() -> Budget {
+        Budget {
+            samples: 200,
+            time: Duration::from_millis(600),
+            large: false,
+        }
+    }
+
+    /// A fuller run.
+    pub fn full() -> Budget {
+        Budget {
+            samples: 2000,
+            time: Duration::from_secs(3),
+            large: true,
+        }
+    }
+}
+
+/// Time `f` repeatedly within the budget; each sample is one call.
+pub async fn sample<F, Fut>(budget: Budget, mut f: F) -> Result<Stats>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    // One warm-up call.
+    f(0).await?;
+    let start = Instant::now();
+    let mut out = Vec::with_capacity(budget.samples);
+    let mut i = 1;
+    while out.len() < budget.samples && (start.elapsed() < budget.time || out.len() < 5) {
+        let t = Instant::now();
+        f(i).await?;
+        out.push(t.elapsed());
+        i += 1;
+    }
+    Ok(Stats::from(out))
+}
+
+fn m(
+    group: &str,
+    workload: impl Into<String>,
+    engine: &str,
+    durability: &str,
+    s: &Stats,
+) -> Measurement {
+    Measurement {
+        group: group.into(),
+        workload: workload.into(),
+        engine: engine.into(),
+        durability: durability.into(),
+        median_ns: s.median(),
+        p99_ns: s.p99(),
+        samples: s.ns.len(),
+        raw_median_ns: None,
+        sqlite_median_ns: None,
+        ops_per_sec: None,
+    }
+}
+
+fn file_cells(table_id: u64, i: u64) -> Vec<Value> {
+    vec![
+        Value::Null,
+        Value::Int(table_id as i64),
+        Value::Int(i as i64),
+        Value::Text(format!("data/ducklake-{table_id}-{i:08}.parquet")),
+        Value::Bool(true),
+        Value::Text("parquet".into()),
+        Value::Int(1000),
+        Value::Int(65_536),
+        Value::Int(1024),
+        Value::Int((i * 1000) as i64),
+    ]
+}
+
+/// Key codec workloads (no engine).
+pub fn codec(budget: Budget) -> Vec<Measurement> {
+    let mut out = Vec::new();
+    let n = 1000u64;
+    let shapes: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "snapshot (9 B)",
+            keys::SnapshotKey { snapshot_id: 42 }.to_bytes(),
+        ),
+        (
+            "table (17 B)",
+            TableKey {
+                table_id: 42,
+                begin_snapshot: 200,
+            }
+            .to_bytes(),
+        ),
+        (
+            "column (25 B)",
+            ColumnKey {
+                table_id: 5,
+                column_id: 3,
+                begin_snapshot: 100,
+            }
+            .to_bytes(),
+        ),
+        (
+            "counter (variable)",
+            keys::counter_key("next-snapshot-id").unwrap_or_default(),
+        ),
+    ];
+    for (name, bytes) in shapes {
+        let mut enc = Vec::new();
+        let mut dec = Vec::new();
+        let deadline = Instant::now() + budget.time;
+        while enc.len() < budget.samples.min(500) && Instant::now() < deadline {
+            let t = Instant::now();
+            for i in 0..n {
+                std::hint::black_box(
+                    DataFileKey {
+                        table_id: i,
+                        file_id: i,
+                        begin_snapshot: i,
+                    }
+                    .encode(),
+                );
+            }
+            enc.push(t.elapsed() / n as u32);
+            let t = Instant::now();
+            for _ in 0..n {
+                std::hint::black_box(Key::decode(std::hint::black_box(&bytes)).ok());
+            }
+            dec.push(t.elapsed() / n as u32);
+        }
+        out.push(m(
+            "codec",
+            format!("decode {name}"),
+            "none",
+            "n/a",
+            &Stats::from(dec),
+        ));
+        if name.starts_with("snapshot") {
+            out.push(m(
+                "codec",
+                "encode data_file (25 B, fixed array)",
+                "none",
+                "n/a",
+                &Stats::from(enc),
+            ));
+        }
+    }
+    out
+}
+
+async fn fill(backend: &dyn KvBackend, prefix: u8, rows: usize) -> Result<Vec<Vec<u8>>> {
+    let mut keys_written = Vec::with_capacity(rows);
+    for chunk in (0..rows).collect::<Vec<_>>().chunks(1000) {
+        let mut b = WriteBatch::new();
+        for i in chunk {
+            let k = keys::row_key(rocklake_core::Tag(prefix), &[7, *i as u64]);
+            b.put(k.clone(), vec![0xAB; 100]);
+            keys_written.push(k);
+        }
+        backend.write(b, Durability::Buffered).await?;
+    }
+    backend.flush().await?;
+    Ok(keys_written)
+}
+
+/// Point get, prefix scans, reverse scan, batches: through the core and raw.
+pub async fn kv(
+    subject: &str,
+    backend: &Arc<dyn KvBackend>,
+    raw: Option<&Arc<dyn RawEngine>>,
+    budget: Budget,
+) -> Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    let tag = rocklake_core::tags::TABLE_COLUMN_STATS.0;
+    let keys_1k = fill(backend.as_ref(), tag, 1000).await?;
+    let s = sample(budget, |i| {
+        let k = keys_1k[(i * 7919) % keys_1k.len()].clone();
+        let b = backend.clone();
+        async move {
+            std::hint::black_box(b.get(&k).await?);
+            Ok(())
+        }
+    })
+    .await?;
+    let mut row = m("point", "get (1k rows, 100 B values)", subject, "n/a", &s);
+    if let Some(r) = raw {
+        let rs = sample(budget, |i| {
+            let k = keys_1k[(i * 7919) % keys_1k.len()].clone();
+            let r = r.clone();
+            async move { r.get(&k).await.map(|_| ()) }
+        })
+        .await?;
+        row.raw_median_ns = Some(rs.median());
+    }
+    out.push(row);
+
+    let mut sizes = vec![1000usize];
+    if budget.large {
+        sizes.push(100_000);
+    }
+    for rows in sizes {
+        let ptag = if rows == 1000 {
+            tag
+        } else {
+            rocklake_core::tags::SORT_EXPRESSION.0
+        };
+        if rows != 1000 {
+            fill(backend.as_ref(), ptag, rows).await?;
+        }
+        let small = Budget {
+            samples: budget.samples.min(if rows > 1000 { 20 } else { 100 }),
+            ..budget
+        };
+        let s = sample(small, |_| {
+            let b = backend.clone();
+            async move {
+                let view = b.view().await?;
+                let mut p = Pager::new(
+                    view.as_ref(),
+                    KeyRange::prefix(&[ptag]),
+                    Order::Ascending,
+                    1024,
+                );
+                let mut n = 0;
+                while let Some(page) = p.next_page().await? {
+                    n += page.len();
+                }
+                assert_eq!(n, rows);
+                Ok(())
+            }
+        })
+        .await?;
+        let mut row = m(
+            "scan",
+            format!(
+                "prefix scan {} rows",
+                if rows == 1000 { "1k" } else { "100k" }
+            ),
+            subject,
+            "n/a",
+            &s,
+        );
+        if let Some(r) = raw {
+            let rs = sample(small, |_| {
+                let r = r.clone();
+                async move {
+                    let n = r.scan_prefix(&[ptag], usize::MAX, false).await?;
+                    assert_eq!(n, rows);
+                    Ok(())
+                }
+            })
+            .await?;
+            row.raw_median_ns = Some(rs.median());
+        }
+        out.push(row);
+    }
+    let s = sample(budget, |_| {
+        let b = backend.clone();
+        async move {
+            let r = b
+                .scan(&KeyRange::prefix(&[tag]), Order::Descending, 10)
+                .await?;
+            assert_eq!(r.len(), 10);
+            Ok(())
+        }
+    })
+    .await?;
+    let mut row = m("scan", "reverse scan, limit 10", subject, "n/a", &s);
+    if let Some(r) = raw {
+        let rs = sample(budget, |_| {
+            let r = r.clone();
+            async move { r.scan_prefix(&[tag], 10, true).await.map(|_| ()) }
+        })
+        .await?;
+        row.raw_median_ns = Some(rs.median());
+    }
+    out.push(row);
+
+    for durability in [Durability::Buffered, Durability::Durable] {
+        for n in [1usize, 10, 100, 1000] {
+            let b2 = Budget {
+                samples: budget.samples.min(if n >= 1000 { 30 } else { 200 }),
+                ..budget
+            };
+            let btag = rocklake_core::tags::NAME_MAPPING.0;
+            let s = sample(b2, |i| {
+                let b = backend.clone();
+                async move {
+                    let mut w = WriteBatch::new();
+                    for j in 0..n {
+                        w.put(
+                            keys::row_key(rocklake_core::Tag(btag), &[i as u64, j as u64]),
+                            vec![0xCD; 100],
+                        );
+                    }
+                    b.write(w, durability).await
+                }
+            })
+            .await?;
+            let mut row = m(
+                "batch",
+                format!("atomic batch of {n}"),
+                subject,
+                &durability.to_string(),
+                &s,
+            );
+            if let Some(r) = raw {
+                let rs = sample(b2, |i| {
+                    let r = r.clone();
+                    async move {
+                        let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+                            .map(|j| {
+                                (
+                                    keys::row_key(
+                                        rocklake_core::Tag(btag),
+                                        &[1 << 40 | i as u64, j as u64],
+                                    ),
+                                    vec![0xCD; 100],
+                                )
+                            })
+                            .collect();
+                        r.write(pairs, durability == Durability::Durable).await
+                    }
+                })
+                .await?;
+                row.raw_median_ns = Some(rs.median());
+            }
+            out.push(row);
+        }
+    }
+    Ok(out)
+}
+
+/// Keystone: issued ids on 1 and 2 threads, named inserts, describe of every space.
+pub async fn keystone_workloads(
+    subject: &str,
+    backend: Arc<dyn KvBackend>,
+    budget: Budget,
+) -> Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    let cat = Catalog::open_with(
+        backend,
+        CatalogOptions {
+            id_reservation: 1 << 16,
+            durability: Durability::Buffered,
+            ..Default::default()
+        },
+    )
+    .await?;
+    for threads in [1usize, 2] {
+        let per = 200_000usize;
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..threads {
+            let cat = cat.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..per {
+                    std::hint::black_box(cat.issue_id(&keystone::FILE).await?);
+                }
+                Ok::<_, rocklake_core::Error>(())
+            }));
+        }
+        for t in tasks {
+            t.await
+                .map_err(|e| rocklake_core::Error::InvalidArgument(e.to_string()))??;
+        }
+        let el = start.elapsed();
+        let total = (per * threads) as f64;
+        let s = Stats {
+            ns: vec![el.as_nanos() as f64 / total],
+        };
+        let mut row = m(
+            "keystone",
+            format!("issue id, {threads} thread(s)"),
+            subject,
+            "reserved ranges (durable)",
+            &s,
+        );
+        row.ops_per_sec = Some(total / el.as_secs_f64());
+        out.push(row);
+    }
+    let next = std::sync::atomic::AtomicU64::new(1_000_000);
+    let s = sample(
+        Budget {
+            samples: budget.samples.min(300),
+            ..budget
+        },
+        |_| {
+            let cat = cat.clone();
+            let id = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async move {
+                let mut t = cat.begin().await?;
+                t.insert(
+                    &keystone::TABLE,
+                    KeyChoice::Named(id),
+                    vec![
+                        Value::Null,
+                        Value::Text("u".into()),
+                        Value::Int(1),
+                        Value::Text("t".into()),
+                    ],
+                )
+                .await?;
+                t.commit().await?;
+                Ok(())
+            }
+        },
+    )
+    .await?;
+    out.push(m(
+        "keystone",
+        "named insert + commit",
+        subject,
+        "buffered",
+        &s,
+    ));
+    let s = sample(budget, |_| {
+        let cat = cat.clone();
+        async move {
+            std::hint::black_box(cat.budget().await?);
+            Ok(())
+        }
+    })
+    .await?;
+    out.push(m(
+        "keystone",
+        format!("describe all {} id spaces", keystone::SPACES.len()),
+        subject,
+        "n/a",
+        &s,
+    ));
+
+    // MVCC: one entity with 1, 10, 100 versions.
+    for versions in [1u64, 10, 100] {
+        let table_id = 10_000 + versions;
+        let mut t = cat.begin().await?;
+        let first = t.write_snapshot().await?;
+        t.commit().await?;
+        let mut begin = first;
+        for v in 0..versions {
+            let mut t = cat.begin().await?;
+            let s = t.write_snapshot().await?;
+            if v > 0 {
+                let mut old = Row::new(begin, vec![Value::Int(table_id as i64)]);
+                old.end_snapshot = Some(s);
+                t.put_row(
+                    &TableKey {
+                        table_id,
+                        begin_snapshot: begin,
+                    }
+                    .encode(),
+                    &old,
+                )?;
+            }
+            t.put_row(
+                &TableKey {
+                    table_id,
+                    begin_snapshot: s,
+                }
+                .encode(),
+                &Row::new(s, vec![Value::Int(table_id as i64)]),
+            )?;
+            t.commit().await?;
+            begin = s;
+        }
+        let s = sample(budget, |_| {
+            let cat = cat.clone();
+            async move {
+                let r = cat.reader(None).await?;
+                let found = r
+                    .entity(&keys::prefix(rocklake_core::tags::TABLE, &[table_id]))
+                    .await?;
+                assert!(found.is_some());
+                Ok(())
+            }
+        })
+        .await?;
+        out.push(m(
+            "mvcc",
+            format!("latest visible of {versions} version(s)"),
+            subject,
+            "n/a",
+            &s,
+        ));
+    }
+    cat.close().await?;
+    Ok(out)
+}
+
+/// Commit one snapshot adding `files` data files to table 1: snapshot row, file rows with
+/// issued ids and their bindings, counters — one transaction.
+pub async fn commit_snapshot(cat: &Catalog, files: usize) -> Result<u64> {
+    let mut t = cat.begin().await?;
+    let snap = t.write_snapshot().await?;
+    for i in 0..files {
+        t.insert_child(
+            &keystone::FILE,
+            1,
+            KeyChoice::Issued,
+            file_cells(1, i as u64),
+        )
+        .await?;
+    }
+    t.commit().await?;
+    Ok(snap)
+}
+
+/// List the data files of table 1 visible at `snapshot`.
+pub async fn list_files(cat: &Catalog, table_id: u64) -> Result<usize> {
+    let r = cat.reader(None).await?;
+    let mut n = 0;
+    r.visible_rows(
+        &keys::prefix(rocklake_core::tags::DATA_FILE, &[table_id]),
+        |_, _| n += 1,
+    )
+    .await?;
+    Ok(n)
+}
+
+/// Catalog-shaped transactions, RockLake and SQLite.
+pub async fn catalog_workloads(
+    subject: &str,
+    backend: Arc<dyn KvBackend>,
+    dir: &std::path::Path,
+    budget: Budget,
+) -> Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    for durability in [Durability::Buffered, Durability::Durable] {
+        let cat = Catalog::open_with(
+            backend.clone(),
+            CatalogOptions {
+                durability,
+                ..Default::default()
+            },
+        )
+        .await?;
+        let sql = sqlite::Sqlite::open(
+            &dir.join(format!("sqlite-{subject}-{durability}.db")),
+            durability == Durability::Durable,
+        )?;
+        for files in [1usize, 10, 100, 1000] {
+            let b2 = Budget {
+                samples: budget.samples.min(if files >= 1000 {
+                    20
+                } else if files >= 100 {
+                    60
+                } else {
+                    300
+                }),
+                ..budget
+            };
+            let s = sample(b2, |_| {
+                let cat = cat.clone();
+                async move { commit_snapshot(&cat, files).await.map(|_| ()) }
+            })
+            .await?;
+            let q = sql.sample_commit(files, b2)?;
+            let mut row = m(
+                "catalog",
+                format!("commit snapshot adding {files} file(s)"),
+                subject,
+                &durability.to_string(),
+                &s,
+            );
+            row.sqlite_median_ns = Some(q.median());
+            out.push(row);
+        }
+        // Dropped, not closed: the backend stays open for the next catalog on it.
+        drop(cat);
+    }
+    // Read workloads, with tables of 100, 10k (and 100k) files.
+    let sql = sqlite::Sqlite::open(&dir.join(format!("sqlite-{subject}-reads.db")), false)?;
+    let cat = Catalog::open_with(
+        backend.clone(),
+        CatalogOptions {
+            durability: Durability::Buffered,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let mut sizes = vec![100usize, 10_000];
+    if budget.large {
+        sizes.push(100_000);
+    }
+    for (table_id, files) in sizes
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (100 + i as u64, f))
+    {
+        let mut left = files;
+        while left > 0 {
+            let n = left.min(1000);
+            let mut t = cat.begin().await?;
+            t.write_snapshot().await?;
+            for i in 0..n {
+                t.insert_child(
+                    &keystone::FILE,
+                    table_id,
+                    KeyChoice::Issued,
+                    file_cells(table_id, i as u64),
+                )
+                .await?;
+            }
+            t.commit().await?;
+            left -= n;
+        }
+        sql.load_files(table_id, files)?;
+        let b2 = Budget {
+            samples: budget.samples.min(if files >= 10_000 { 20 } else { 200 }),
+            ..budget
+        };
+        let s = sample(b2, |_| {
+            let cat = cat.clone();
+            async move {
+                let n = list_files(&cat, table_id).await?;
+                assert_eq!(n, files);
+                Ok(())
+            }
+        })
+        .await?;
+        let q = sql.sample_list(table_id, files, b2)?;
+        let mut row = m(
+            "catalog",
+            format!("list visible files of a table with {files}"),
+            subject,
+            "n/a",
+            &s,
+        );
+        row.sqlite_median_ns = Some(q.median());
+        out.push(row);
+    }
+    let s = sample(budget, |_| {
+        let cat = cat.clone();
+        async move {
+            std::hint::black_box(cat.current_snapshot().await?);
+            Ok(())
+        }
+    })
+    .await?;
+    let q = sql.sample_current(budget)?;
+    let mut row = m("catalog", "read the current snapshot", subject, "n/a", &s);
+    row.sqlite_median_ns = Some(q.median());
+    out.push(row);
+    cat.close().await?;
+    Ok(out)
+}
+
+/// Durable commits from 1, 4 and 16 concurrent committers (group commit).
+pub async fn group_commit(
+    subject: &str,
+    backend: Arc<dyn KvBackend>,
+    budget: Budget,
+) -> Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    let cat = Catalog::open_with(
+        backend,
+        CatalogOptions {
+            durability: Durability::Durable,
+            ..Default::default()
+        },
+    )
+    .await?;
+    for committers in [1usize, 4, 16] {
+        let deadline = Instant::now() + budget.time.max(Duration::from_millis(500));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..committers {
+            let cat = cat.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    commit_snapshot(&cat, 1).await?;
+                    lat.push(t.elapsed());
+                }
+                Ok::<_, rocklake_core::Error>(lat)
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(
+                t.await
+                    .map_err(|e| rocklake_core::Error::InvalidArgument(e.to_string()))??,
+            );
+        }
+        let el = start.elapsed().as_secs_f64();
+        let tput = all.len() as f64 / el;
+        let s = Stats::from(all);
+        let mut row = m(
+            "group-commit",
+            format!("{committers} concurrent committer(s), 1-file snapshots"),
+            subject,
+            "durable",
+            &s,
+        );
+        row.ops_per_sec = Some(tput);
+        out.push(row);
+    }
+    cat.close().await?;
+    Ok(out)
+}
+
+/// Run every workload on every subject. `progress` is told what runs.
+pub async fn run(
+    subjects: &[Subject],
+    budget: Budget,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<Measurement>> {
+    let dir = tempfile::Builder::new()
+        .prefix("rocklake-bench-")
+        .tempdir()
+        .map_err(|e| rocklake_core::Error::engine("bench", "temp dir", e))?;
+    progress("codec");
+    let mut out = codec(budget);
+    for s in subjects {
+        progress(&format!("{}: point, scan, batch", s.name));
+        let (backend, raw) = (s.open)(&dir.path().join(format!("{}-kv", s.name))).await?;
+        out.extend(kv(&s.name, &backend, raw.as_ref(), budget).await?);
+        backend.close().await?;
+        drop(raw);
+        drop(backend);
+        progress(&format!("{}: keystone, mvcc", s.name));
+        let (backend, _) = (s.open)(&dir.path().join(format!("{}-ks", s.name))).await?;
+        out.extend(keystone_workloads(&s.name, backend, budget).await?);
+        progress(&format!("{}: catalog transactions vs SQLite", s.name));
+        let (backend, _) = (s.open)(&dir.path().join(format!("{}-cat", s.name))).await?;
+        out.extend(catalog_workloads(&s.name, backend, dir.path(), budget).await?);
+        progress(&format!("{}: group commit", s.name));
+        let (backend, _) = (s.open)(&dir.path().join(format!("{}-gc", s.name))).await?;
+        out.extend(group_commit(&s.name, backend, budget).await?);
+    }
+    Ok(out)
+}
+
+/// Human units.
+pub fn fmt_ns(ns: f64) -> String {
+    if !ns.is_finite() {
+        "–".into()
+    } else if ns < 1_000.0 {
+        format!("{ns:.0} ns")
+    } else if ns < 1_000_000.0 {
+        format!("{:.1} µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+/// The report as one markdown table.
+pub fn render_markdown(rows: &[Measurement]) -> String {
+    let mut s = String::from("| group | workload | engine | durability | median | p99 | vs raw engine | SQLite / RockLake | throughput |\n|---|---|---|---|---|---|---|---|---|\n");
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.group,
+            r.workload,
+            r.engine,
+            r.durability,
+            fmt_ns(r.median_ns),
+            fmt_ns(r.p99_ns),
+            r.raw_ratio()
+                .map(|x| format!("{x:.2}×"))
+                .unwrap_or_else(|| "–".into()),
+            r.sqlite_speedup()
+                .map(|x| format!(
+                    "{x:.2}× (SQLite {})",
+                    fmt_ns(r.sqlite_median_ns.unwrap_or(f64::NAN))
+                ))
+                .unwrap_or_else(|| "–".into()),
+            r.ops_per_sec
+                .map(|x| format!("{x:.0}/s"))
+                .unwrap_or_else(|| "–".into()),
+        ));
+    }
+    s
+}
+
+/// One SVG bar chart (log scale of the median) per workload group.
+pub fn render_svg(rows: &[Measurement], group: &str) -> String {
+    let items: Vec<&Measurement> = rows.iter().filter(|r| r.group == group).collect();
+    let bar_h = 16.0;
+    let height = 40.0 + items.len() as f64 * (bar_h + 6.0) + 20.0;
+    let max = items
+        .iter()
+        .map(|r| r.median_ns.max(r.sqlite_median_ns.unwrap_or(0.0)))
+        .fold(1.0f64, f64::max)
+        .log10()
+        .max(1.0);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"11\">\n<text x=\"10\" y=\"20\" font-size=\"14\">RockLake benchmark: {group} (median, log scale)</text>\n"
+    );
+    for (i, r) in items.iter().enumerate() {
+        let y = 35.0 + i as f64 * (bar_h + 6.0);
+        let w = (r.median_ns.max(1.0).log10() / max * 480.0).max(1.0);
+        let colour = match r.engine.as_str() {
+            e if e.starts_with("slatedb") => "#4e79a7",
+            "rocksdb" => "#f28e2b",
+            "sled" => "#59a14f",
+            "model" => "#9c755f",
+            _ => "#bab0ac",
+        };
+        s.push_str(&format!(
+            "<text x=\"10\" y=\"{:.0}\">{} · {} · {}</text><rect x=\"420\" y=\"{:.0}\" width=\"{w:.1}\" height=\"{bar_h}\" fill=\"{colour}\"/><text x=\"{:.0}\" y=\"{:.0}\">{}</text>\n",
+            y + 12.0,
+            xml(&r.workload),
+            xml(&r.engine),
+            r.durability,
+            y,
+            425.0 + w,
+            y + 12.0,
+            fmt_ns(r.median_ns) + &r.sqlite_median_ns.map(|q| format!(" (SQLite {})", fmt_ns(q))).unwrap_or_default()
+        ));
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

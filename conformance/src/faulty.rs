@@ -1,0 +1,158 @@
+//! A wrapper backend that fails a chosen call, to prove that failures leave nothing half-written.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rocklake_core::backend::{
+    Capabilities, Durability, KeyRange, KvBackend, KvPair, Order, ReadView, WriteBatch,
+};
+use rocklake_core::error::{Error, Result};
+
+/// Wraps a backend; the `n`-th call from [`FaultyBackend::fail_at`] on fails with an engine
+/// error. A failing write either is not applied at all, or (with `after_apply`) is applied and
+/// then reported as failed: the "acknowledgement lost" case.
+#[derive(Debug)]
+pub struct FaultyBackend {
+    inner: Arc<dyn KvBackend>,
+    calls: AtomicUsize,
+    fail_at: AtomicUsize,
+    after_apply: AtomicBool,
+}
+
+impl FaultyBackend {
+    /// Wrap a backend; no fault is armed.
+    pub fn new(inner: Arc<dyn KvBackend>) -> Arc<FaultyBackend> {
+        Arc::new(FaultyBackend {
+            inner,
+            calls: AtomicUsize::new(0),
+            fail_at: AtomicUsize::new(usize::MAX),
+            after_apply: AtomicBool::new(false),
+        })
+    }
+
+    /// Fail the `n`-th call from now (1 = the next one). Writes fail before applying, or after
+    /// when `after_apply`.
+    pub fn arm(&self, n: usize, after_apply: bool) {
+        self.after_apply.store(after_apply, Ordering::SeqCst);
+        self.fail_at
+            .store(self.calls.load(Ordering::SeqCst) + n, Ordering::SeqCst);
+    }
+
+    /// Disarm.
+    pub fn disarm(&self) {
+        self.fail_at.store(usize::MAX, Ordering::SeqCst);
+    }
+
+    fn tick(&self) -> bool {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        n == self.fail_at.load(Ordering::SeqCst)
+    }
+
+    fn fault(&self, what: &str) -> Error {
+        Error::Engine {
+            engine: "faulty",
+            message: format!("injected fault in {what}"),
+            source: None,
+        }
+    }
+}
+
+struct FaultyView {
+    owner: Arc<FaultyBackend>,
+    inner: Arc<dyn ReadView>,
+}
+
+#[async_trait]
+impl ReadView for FaultyView {
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        if self.owner.tick() {
+            return Err(self.owner.fault("view get"));
+        }
+        self.inner.get(key).await
+    }
+
+    async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>> {
+        if self.owner.tick() {
+            return Err(self.owner.fault("view scan"));
+        }
+        self.inner.scan(range, order, limit).await
+    }
+}
+
+#[async_trait]
+impl ReadView for FaultyBackend {
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        if self.tick() {
+            return Err(self.fault("get"));
+        }
+        self.inner.get(key).await
+    }
+
+    async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>> {
+        if self.tick() {
+            return Err(self.fault("scan"));
+        }
+        self.inner.scan(range, order, limit).await
+    }
+}
+
+/// Needs an `Arc<FaultyBackend>` to hand out views that count too.
+pub struct FaultyHandle(pub Arc<FaultyBackend>);
+
+impl std::fmt::Debug for FaultyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[async_trait]
+impl ReadView for FaultyHandle {
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.0.get(key).await
+    }
+
+    async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>> {
+        self.0.scan(range, order, limit).await
+    }
+}
+
+#[async_trait]
+impl KvBackend for FaultyHandle {
+    fn engine(&self) -> &'static str {
+        self.0.inner.engine()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.inner.capabilities()
+    }
+
+    async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
+        if self.0.tick() {
+            if self.0.after_apply.load(Ordering::SeqCst) {
+                self.0.inner.write(batch, durability).await?;
+            }
+            return Err(self.0.fault("write"));
+        }
+        self.0.inner.write(batch, durability).await
+    }
+
+    async fn view(&self) -> Result<Arc<dyn ReadView>> {
+        if self.0.tick() {
+            return Err(self.0.fault("view"));
+        }
+        Ok(Arc::new(FaultyView {
+            owner: self.0.clone(),
+            inner: self.0.inner.view().await?,
+        }))
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.0.inner.flush().await
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.0.inner.close().await
+    }
+}

@@ -1,0 +1,167 @@
+//! `rocklake bench`: every workload on every compiled engine in one process, one table.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use benches::{render_markdown, render_svg, Budget, RawEngine, Subject};
+use rocklake::{Error, KvBackend};
+
+use benches::Opened;
+
+fn subject(
+    name: &str,
+    f: impl Fn(PathBuf) -> futures::future::BoxFuture<'static, rocklake::Result<Opened>>
+        + Send
+        + Sync
+        + 'static,
+) -> Subject {
+    Subject {
+        name: name.into(),
+        open: Arc::new(move |p: &Path| f(p.to_path_buf())),
+    }
+}
+
+/// The subjects for the engines asked for (all compiled ones when `engines` is empty).
+pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
+    let want = |e: &str| engines.is_empty() || engines.iter().any(|x| x == e);
+    let mut out = Vec::new();
+    for e in engines {
+        if !rocklake::engines().contains(&e.as_str()) && e != "slatedb-memory" {
+            return Err(Error::Unsupported(format!(
+                "engine {e} is not compiled in; compiled: {:?}",
+                rocklake::engines()
+            )));
+        }
+    }
+    #[cfg(feature = "slatedb")]
+    if want("slatedb") {
+        out.push(subject("slatedb-file", |dir| {
+            Box::pin(async move {
+                let b = rocklake::rocklake_slatedb::SlateBackend::open_url(&format!(
+                    "file://{}",
+                    dir.display()
+                ))
+                .await?;
+                let raw: Arc<dyn RawEngine> = Arc::new(benches::raw::RawSlate(b.clone()));
+                let backend: Arc<dyn KvBackend> = b;
+                Ok((backend, Some(raw)))
+            })
+        }));
+    }
+    #[cfg(feature = "rocksdb")]
+    if want("rocksdb") {
+        out.push(subject("rocksdb", |dir| {
+            Box::pin(async move {
+                let b = rocklake::rocklake_rocksdb::RocksBackend::open(&dir).await?;
+                let raw = b
+                    .raw_db()
+                    .map(|db| Arc::new(benches::raw::RawRocks(db)) as Arc<dyn RawEngine>);
+                let backend: Arc<dyn KvBackend> = b;
+                Ok((backend, raw))
+            })
+        }));
+    }
+    #[cfg(feature = "sled")]
+    if want("sled") {
+        out.push(subject("sled", |dir| {
+            Box::pin(async move {
+                let b = rocklake::rocklake_sled::SledBackend::open(&dir).await?;
+                let raw = b
+                    .raw_db()
+                    .map(|db| Arc::new(benches::raw::RawSled(db)) as Arc<dyn RawEngine>);
+                let backend: Arc<dyn KvBackend> = b;
+                Ok((backend, raw))
+            })
+        }));
+    }
+    if want("model") {
+        out.push(subject("model", |_| {
+            Box::pin(async move {
+                Ok((
+                    Arc::new(rocklake::MemoryBackend::new()) as Arc<dyn KvBackend>,
+                    None,
+                ))
+            })
+        }));
+    }
+    let _ = want;
+    Ok(out)
+}
+
+/// Run, print the markdown table, write JSON and SVG charts into `out_dir`.
+pub async fn run(
+    engines: Vec<String>,
+    quick: bool,
+    out_dir: Option<PathBuf>,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let subjects = subjects(&engines)?;
+    let budget = if quick {
+        Budget::quick()
+    } else {
+        Budget::full()
+    };
+    let started = std::time::Instant::now();
+    let rows = benches::run(&subjects, budget, |what| {
+        eprintln!("bench: {what} ({:.0} s)", started.elapsed().as_secs_f64())
+    })
+    .await?;
+    let machine = machine();
+    if json {
+        println!("{}", serde_json::json!({"machine": machine, "rows": rows}));
+    } else {
+        println!("Machine: {machine}. Durable rows: fsync/synced WAL/flushed WAL object per commit; buffered rows: none.\n");
+        println!("{}", render_markdown(&rows));
+    }
+    if let Some(dir) = out_dir {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::engine("bench", format!("creating {}", dir.display()), e))?;
+        let write = |name: &str, text: String| {
+            std::fs::write(dir.join(name), text)
+                .map_err(|e| Error::engine("bench", format!("writing {name}"), e))
+        };
+        write(
+            "bench.json",
+            serde_json::to_string_pretty(&serde_json::json!({"machine": machine, "rows": rows}))
+                .unwrap_or_default(),
+        )?;
+        write(
+            "bench.md",
+            format!("Machine: {machine}\n\n{}", render_markdown(&rows)),
+        )?;
+        let mut groups: Vec<&str> = rows.iter().map(|r| r.group.as_str()).collect();
+        groups.dedup();
+        for g in groups {
+            write(&format!("bench-{g}.svg"), render_svg(&rows, g))?;
+        }
+        eprintln!(
+            "bench: wrote bench.json, bench.md and one SVG per group to {}",
+            dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!(
+        "{cpus} cores ({model}), {} build, {}",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        std::env::consts::OS
+    )
+}

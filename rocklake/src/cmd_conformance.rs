@@ -1,0 +1,148 @@
+//! `rocklake conformance` and the default main job: run the conformance suite and print a table.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use conformance::{render_table, run_all, ChildCommand, Opener, Target};
+use rocklake::{Error, KeyRange, Order, Pager, WriteBatch};
+use serde_json::json;
+
+fn opener() -> Opener {
+    Arc::new(|url: String| Box::pin(async move { rocklake::open(&url).await }))
+}
+
+fn child() -> Option<ChildCommand> {
+    let exe = std::env::current_exe().ok()?;
+    Some(Arc::new(move |url: &str| {
+        let mut c = std::process::Command::new(&exe);
+        c.arg("crash-child").arg(url);
+        c
+    }))
+}
+
+async fn run_targets(targets: Vec<Target>, json: bool) -> Result<ExitCode, Error> {
+    let mut results = Vec::new();
+    for target in &targets {
+        if !json {
+            eprintln!("conformance: {} ({})", target.name, target.base);
+        }
+        let reports = run_all(target, |r| {
+            if !json {
+                eprintln!("  {:<36} {:<5} {} ms", r.check, r.outcome, r.millis);
+            }
+        })
+        .await;
+        results.push((target.name.clone(), reports));
+    }
+    let failed: Vec<String> = results
+        .iter()
+        .flat_map(|(t, rs)| {
+            rs.iter()
+                .filter(|r| r.outcome == "fail")
+                .map(move |r| format!("[{t}] {}: {}", r.check, r.detail))
+        })
+        .collect();
+    if json {
+        let v: Vec<_> = results
+            .iter()
+            .map(|(t, rs)| json!({"target": t, "cases": rs}))
+            .collect();
+        println!("{}", json!({"targets": v, "failed": failed.len()}));
+    } else {
+        println!("{}", render_table(&results));
+        for f in &failed {
+            println!("FAIL {f}");
+        }
+        let cases: usize = results.iter().map(|(_, r)| r.len()).sum();
+        println!(
+            "conformance: {} passed, {} failed",
+            cases - failed.len(),
+            failed.len()
+        );
+    }
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+/// `rocklake conformance [URL]`.
+pub async fn run(
+    url: Option<String>,
+    crash_rounds: usize,
+    clear: bool,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let Some(url) = url else {
+        return qualify_with(crash_rounds, json).await;
+    };
+    let engine = rocklake::engine_of(&url)?;
+    // Refuse a store that holds data unless told it may be cleared.
+    let backend = rocklake::open(&url).await?;
+    let mut probe = Pager::new(backend.as_ref(), KeyRange::all(), Order::Ascending, 1000);
+    let mut keys = Vec::new();
+    while let Some(page) = probe.next_page().await? {
+        keys.extend(page.into_iter().map(|(k, _)| k));
+    }
+    if !keys.is_empty() {
+        if !clear {
+            backend.close().await?;
+            return Err(Error::InvalidArgument(format!(
+                "{url} holds {} keys; the conformance suite writes below it and would disturb them. Pass --clear to delete them first, or use an empty location",
+                keys.len()
+            )));
+        }
+        for chunk in keys.chunks(1000) {
+            let mut b = WriteBatch::new();
+            for k in chunk {
+                b.delete(k.clone());
+            }
+            backend.write(b, rocklake::Durability::Durable).await?;
+        }
+        eprintln!("cleared {} keys from {url}", keys.len());
+    }
+    backend.close().await?;
+    let target = Target::at(
+        &format!("{engine} {url}"),
+        &url,
+        opener(),
+        child(),
+        crash_rounds,
+    );
+    run_targets(vec![target], json).await
+}
+
+/// The main job: qualify every compiled engine on a local folder and in memory.
+pub async fn qualify(json: bool) -> Result<ExitCode, Error> {
+    qualify_with(20, json).await
+}
+
+async fn qualify_with(crash_rounds: usize, json: bool) -> Result<ExitCode, Error> {
+    let mut targets = vec![Target::ephemeral("model", "model://", opener())];
+    let engines = rocklake::engines();
+    let mut add_dir = |name: &str, scheme: &str| {
+        let mut t = Target::in_temp_dir(name, scheme, opener(), child());
+        t.crash_rounds = crash_rounds;
+        targets.push(t);
+    };
+    if engines.contains(&"slatedb") {
+        add_dir("slatedb-file", "file");
+    }
+    if engines.contains(&"rocksdb") {
+        add_dir("rocksdb", "rocksdb");
+    }
+    if engines.contains(&"sled") {
+        add_dir("sled", "sled");
+    }
+    if engines.contains(&"slatedb") {
+        targets.push(Target::ephemeral("slatedb-memory", "memory://", opener()));
+    }
+    run_targets(targets, json).await
+}
+
+/// `rocklake crash-child URL`: the writer the crash check kills.
+pub async fn crash_child(url: &str) -> Result<ExitCode, Error> {
+    let backend = rocklake::open(url).await?;
+    conformance::crash::child_main(backend).await
+}

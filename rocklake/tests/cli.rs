@@ -1,0 +1,135 @@
+//! The `rocklake` command from a shell, on each compiled engine: init, named and issued inserts,
+//! describe, inspect, delete/purge refusals, verify.
+
+use std::process::Command;
+
+fn rocklake(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rocklake"))
+        .args(args)
+        .output()
+        .expect("run rocklake");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(args: &[&str]) -> String {
+    let (success, out, err) = rocklake(args);
+    assert!(success, "rocklake {args:?} failed: {err}");
+    out
+}
+
+fn keystone_walkthrough(url: &str) {
+    ok(&["init", url]);
+    assert!(ok(&[
+        "insert",
+        url,
+        "--space",
+        "table",
+        "--id",
+        "500",
+        "--set",
+        "table_name=orders"
+    ])
+    .contains("INSERTED id=500"));
+    assert!(ok(&["insert", url, "--space", "table"]).contains("INSERTED id=501"));
+    assert!(ok(&["insert", url, "--space", "table", "--id", "100"]).contains("INSERTED id=100"));
+    let d = ok(&["describe", url, "table"]);
+    assert!(
+        d.contains("next_id=502 ids_issued=501 ids_remaining=281474976710154 budget_used=0.000%"),
+        "{d}"
+    );
+    let (success, _, err) = rocklake(&["insert", url, "--space", "table", "--id", "100"]);
+    assert!(!success && err.contains("duplicate key 100"), "{err}");
+    let (success, _, err) =
+        rocklake(&["insert", url, "--space", "table", "--id", "281474976710656"]);
+    assert!(
+        !success && err.contains("outside the Keystone id space [1, 281474976710655]"),
+        "{err}"
+    );
+    let (success, _, err) = rocklake(&["insert", url, "--space", "table", "--id", "abc"]);
+    assert!(!success && err.contains("not an integer"), "{err}");
+    assert!(ok(&["delete", url, "--space", "table", "--id", "100"]).contains("DELETED 1"));
+    let (success, _, err) = rocklake(&["insert", url, "--space", "table", "--id", "100"]);
+    assert!(!success && err.contains("PURGE frees its key"), "{err}");
+    let (success, _, err) = rocklake(&["purge", url, "--space", "table", "--from", "100"]);
+    assert!(!success && err.contains("--admin"), "{err}");
+    let info = ok(&["info", url, "--json"]);
+    let snap: serde_json::Value = serde_json::from_str(info.trim()).unwrap();
+    let current = snap["current_snapshot"].as_u64().unwrap().to_string();
+    ok(&["retain-from", url, &current]);
+    assert!(
+        ok(&["purge", url, "--space", "table", "--from", "100", "--admin"]).contains("PURGED 1")
+    );
+    assert!(ok(&["insert", url, "--space", "table", "--id", "100"]).contains("INSERTED id=100"));
+    assert!(ok(&["budget", url]).contains("space=table issued=501"));
+    let scan = ok(&["scan", url, "--table", "ducklake_table"]);
+    assert!(
+        scan.contains("ducklake_table table_id=500 begin_snapshot=")
+            && scan.contains("table_name=\"orders\""),
+        "{scan}"
+    );
+    let v = ok(&["verify", url]);
+    assert!(v.contains("0 findings, clean"), "{v}");
+}
+
+#[test]
+fn inspect_decodes_the_hex_dump_guide() {
+    let out = ok(&[
+        "inspect",
+        "05 00 00 00 00 00 00 00 2A 00 00 00 00 00 00 00 C8",
+        "FE6E6578742D736E617073686F742D6964",
+    ]);
+    assert!(
+        out.contains("ducklake_table table_id=42 begin_snapshot=200"),
+        "{out}"
+    );
+    assert!(out.contains("counter \"next-snapshot-id\""), "{out}");
+    let (success, out, _) = rocklake(&["inspect", "05 00 00"]);
+    assert!(!success && out.contains("truncated"), "{out}");
+}
+
+#[test]
+fn unknown_scheme_and_missing_engine_are_clear_errors() {
+    let (success, _, err) = rocklake(&["info", "postgres://x"]);
+    assert!(
+        !success && err.contains("unknown scheme postgres://"),
+        "{err}"
+    );
+    #[cfg(not(feature = "rocksdb"))]
+    {
+        let (success, _, err) = rocklake(&["info", "rocksdb:///tmp/x"]);
+        assert!(!success && err.contains("--features rocksdb"), "{err}");
+    }
+}
+
+#[cfg(feature = "slatedb")]
+#[test]
+fn keystone_from_a_shell_on_slatedb_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    keystone_walkthrough(&format!("file://{}", dir.path().display()));
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn keystone_from_a_shell_on_rocksdb() {
+    let dir = tempfile::tempdir().unwrap();
+    keystone_walkthrough(&format!("rocksdb://{}", dir.path().display()));
+}
+
+#[cfg(feature = "sled")]
+#[test]
+fn keystone_from_a_shell_on_sled() {
+    let dir = tempfile::tempdir().unwrap();
+    keystone_walkthrough(&format!("sled://{}", dir.path().display()));
+}
+
+#[test]
+fn verify_reports_corruption_with_a_nonzero_exit() {
+    // Verify on a store with a bad key is exercised through the library in the conformance
+    // suite; here: a clean model store verifies clean.
+    let out = ok(&["verify", "model://"]);
+    assert!(out.contains("verified 0 keys"), "{out}");
+}
