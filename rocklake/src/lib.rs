@@ -60,7 +60,10 @@ pub fn engine_of(url: &str) -> Result<&'static str> {
     })
 }
 
-#[cfg_attr(all(feature = "slatedb", feature = "rocksdb", feature = "sled"), allow(dead_code))]
+#[cfg_attr(
+    all(feature = "slatedb", feature = "rocksdb", feature = "sled"),
+    allow(dead_code)
+)]
 fn not_compiled(engine: &str, url: &str) -> Error {
     Error::Unsupported(format!(
         "{url:?} needs the {engine} engine, which this binary was built without; rebuild with `--features {engine}` (or `--features all-engines`)"
