@@ -10,7 +10,7 @@ use rocklake_core::backend::{
 };
 use rocklake_core::error::{Error, Result};
 
-/// Wraps a backend; the `n`-th call from [`FaultyBackend::fail_at`] on fails with an engine
+/// Wraps a backend; once armed with [`FaultyBackend::arm`], the `n`-th call from then on fails with an engine
 /// error. A failing write either is not applied at all, or (with `after_apply`) is applied and
 /// then reported as failed: the "acknowledgement lost" case.
 #[derive(Debug)]

@@ -281,7 +281,7 @@ pub fn render_table(results: &[(String, Vec<CaseReport>)]) -> String {
 
 /// Stamp one `#[tokio::test]` per check for a target-making expression.
 ///
-/// ```ignore
+/// ```text
 /// conformance::suite!(sled, my_sled_target());
 /// ```
 #[macro_export]

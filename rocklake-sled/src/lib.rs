@@ -10,9 +10,8 @@
 //! sled writes into memory and flushes its log every 500 ms on a background thread;
 //! [`sled::Tree::flush`] (on the `Db`) (write and fsync) is the durability barrier. A
 //! [`Durability::Durable`] write therefore applies its batch and then waits for a flush that
-//! began after the apply; concurrent durable writers share one flush (group commit). On this
-//! machine sled did about 7k durable single-key writes per second (see
-//! `/work/shared/notes/engines.md`). A [`Durability::Buffered`] write returns after the apply and
+//! began after the apply; concurrent durable writers share one flush (group commit); see the
+//! README's benchmark table for what that costs. A [`Durability::Buffered`] write returns after the apply and
 //! becomes durable with the next flush, durable write or [`KvBackend::close`].
 //!
 //! sled treats I/O errors as fatal, and a failed flush cannot take back a batch that other
