@@ -122,7 +122,12 @@ impl Target {
         let ephemeral = base.starts_with("memory://") || base.starts_with("model://");
         Target {
             name: name.into(),
-            base: base.trim_end_matches('/').into(),
+            // `file:///x/` and `file:///x` name one folder; `memory://` keeps its slashes.
+            base: if ephemeral {
+                base.into()
+            } else {
+                base.trim_end_matches('/').into()
+            },
             ephemeral,
             opener,
             child,

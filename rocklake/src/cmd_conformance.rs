@@ -54,9 +54,13 @@ async fn run_targets(targets: Vec<Target>, json: bool) -> Result<ExitCode, Error
             println!("FAIL {f}");
         }
         let cases: usize = results.iter().map(|(_, r)| r.len()).sum();
+        let na: usize = results
+            .iter()
+            .map(|(_, r)| r.iter().filter(|c| c.outcome == "n/a").count())
+            .sum();
         println!(
-            "conformance: {} passed, {} failed",
-            cases - failed.len(),
+            "conformance: {} passed, {} failed ({na} not applicable)",
+            cases - failed.len() - na,
             failed.len()
         );
     }
