@@ -22,6 +22,54 @@ use crate::keys;
 /// One key/value pair returned by a scan.
 pub type KvPair = (Bytes, Bytes);
 
+/// Builds one page of scan results for engines whose iterators lend borrowed bytes: every key
+/// and value is copied into one buffer, and the returned pairs are [`Bytes`] slices of it. That is
+/// one allocation per page instead of two per pair (a pair kept alive keeps its page's buffer).
+#[derive(Debug, Default)]
+pub struct PageBuilder {
+    buf: Vec<u8>,
+    /// Per pair: where its key starts, where its value starts, where its value ends.
+    spans: Vec<(usize, usize, usize)>,
+}
+
+impl PageBuilder {
+    /// An empty page with room for about `pairs` pairs.
+    pub fn with_capacity(pairs: usize) -> PageBuilder {
+        PageBuilder {
+            buf: Vec::with_capacity(pairs.saturating_mul(64)),
+            spans: Vec::with_capacity(pairs),
+        }
+    }
+
+    /// Append one pair.
+    pub fn push(&mut self, key: &[u8], value: &[u8]) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(key);
+        let mid = self.buf.len();
+        self.buf.extend_from_slice(value);
+        self.spans.push((start, mid, self.buf.len()));
+    }
+
+    /// Pairs pushed so far.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Whether no pair was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The pairs, in the order pushed.
+    pub fn finish(self) -> Vec<KvPair> {
+        let buf = Bytes::from(self.buf);
+        self.spans
+            .into_iter()
+            .map(|(s, m, e)| (buf.slice(s..m), buf.slice(m..e)))
+            .collect()
+    }
+}
+
 /// Scan direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Order {

@@ -250,6 +250,10 @@ pub(crate) struct Marks {
     pub(crate) mark: u64,
     /// Stored counter: no id at or above it was ever issued.
     pub(crate) ceiling: u64,
+    /// The highest key named in this writer so far (0: none). An issued key above it cannot
+    /// be bound: keys bound before this writer opened are below the stored counter, which the
+    /// mark starts at, and no session of this writer has named it.
+    pub(crate) named_max: u64,
 }
 
 impl SpaceState {
@@ -260,6 +264,7 @@ impl SpaceState {
             inner: Mutex::new(Marks {
                 mark: stored,
                 ceiling: stored,
+                named_max: 0,
             }),
         }
     }
@@ -288,6 +293,18 @@ impl SpaceState {
         if id >= m.mark {
             m.mark = id + 1;
         }
+        m.named_max = m.named_max.max(id);
+    }
+
+    /// Could the issued key `id` be bound already? Only when some session of this writer has
+    /// named a key at or above it (see [`Marks::named_max`]); otherwise the store need not be
+    /// asked.
+    pub(crate) fn may_be_named(&self, id: u64) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .named_max
+            >= id
     }
 
     pub(crate) fn raise_ceiling(&self, to: u64) {

@@ -7,7 +7,7 @@
 //! commit lands or none of it does. Dropping a transaction, or [`Transaction::rollback`], discards
 //! the write set: keys it placed are free again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -91,7 +91,11 @@ pub struct Transaction {
     write_snapshot: Option<u64>,
     writes: BTreeMap<Bytes, Option<Bytes>>,
     conds: BTreeMap<Bytes, Option<Bytes>>,
-    placed: Vec<(u8, u64)>,
+    /// Keys this transaction placed (binding code, id).
+    placed: HashSet<(u8, u64)>,
+    /// Issued keys placed, whose "still unbound" precondition is added at commit only when a
+    /// session of this writer named a key at or above them (see [`Transaction::commit`]).
+    issued: Vec<(&'static IdSpace, u64)>,
     /// Per id space: the counter value named keys of this transaction need (max named + 1).
     named_needs: HashMap<&'static str, (&'static IdSpace, u64)>,
 }
@@ -138,7 +142,8 @@ impl Transaction {
             write_snapshot: None,
             writes: BTreeMap::new(),
             conds: BTreeMap::new(),
-            placed: Vec::new(),
+            placed: HashSet::new(),
+            issued: Vec::new(),
             named_needs: HashMap::new(),
         }
     }
@@ -282,7 +287,7 @@ impl Transaction {
     }
 
     fn placed_elsewhere(&self, space: &IdSpace, id: u64) -> bool {
-        let mine = self.placed.iter().any(|p| *p == (space.code(), id));
+        let mine = self.placed.contains(&(space.code(), id));
         let placed = self
             .cat
             .inner
@@ -302,13 +307,12 @@ impl Transaction {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         *placed.entry((space.code(), id)).or_insert(0) += 1;
-        self.placed.push((space.code(), id));
+        self.placed.insert((space.code(), id));
     }
 
     fn unregister(&mut self, space: &IdSpace, id: u64) {
-        if let Some(i) = self.placed.iter().position(|p| *p == (space.code(), id)) {
-            self.placed.swap_remove(i);
-            release(&self.cat, &[(space.code(), id)]);
+        if self.placed.remove(&(space.code(), id)) {
+            release(&self.cat, [(space.code(), id)]);
         }
     }
 
@@ -317,7 +321,7 @@ impl Transaction {
         space: &'static IdSpace,
         choice: KeyChoice,
         parent: Option<u64>,
-        mut cells: Vec<Value>,
+        cells: Vec<Value>,
         make_key: Option<fn(u64, u64) -> Vec<u8>>,
     ) -> Result<Placed> {
         let epoch = self.cat.writer_epoch()?;
@@ -335,7 +339,13 @@ impl Transaction {
                 return Err(already_exists(space, id, &b));
             }
         }
-        Row::new(0, cells.clone()).check(table, &format!("a new {} row", table.name))?;
+        let mut row = Row {
+            begin_snapshot: 0,
+            end_snapshot: None,
+            cells,
+            writer_epoch: epoch,
+        };
+        row.check_named(table, || format!("a new {} row", table.name))?;
         let is_snapshot_space = std::ptr::eq(space, &keystone::SNAPSHOT);
         if is_snapshot_space {
             if let (Some(s), KeyChoice::Named(id)) = (self.write_snapshot, choice) {
@@ -372,20 +382,16 @@ impl Transaction {
         };
         // Fill the id column when the caller left it NULL.
         if let Some(col) = space.id_column().and_then(|c| table.column_index(c)) {
-            if cells.len() <= col {
-                cells.resize(col + 1, Value::Null);
+            if row.cells.len() <= col {
+                row.cells.resize(col + 1, Value::Null);
             }
-            if cells[col] == Value::Null {
-                cells[col] = Value::Int(id as i64);
+            if row.cells[col] == Value::Null {
+                row.cells[col] = Value::Int(id as i64);
             }
         }
-        let row = Row {
-            begin_snapshot: snapshot,
-            end_snapshot: None,
-            cells,
-            writer_epoch: epoch,
-        };
-        let value = row.encode(table, &row_key)?;
+        row.begin_snapshot = snapshot;
+        // Checked above; only the id cell (an integer column) and the snapshot changed since.
+        let value = row.encode_unchecked();
         let binding = Binding {
             row_key: row_key.clone(),
             state: BindingState::Live as i32,
@@ -397,7 +403,12 @@ impl Transaction {
             .insert(Bytes::from(row_key.clone()), Some(Bytes::from(value)));
         self.writes
             .insert(bkey.clone(), Some(Bytes::from(binding.encode_to_vec())));
-        self.conds.insert(bkey, None);
+        match choice {
+            KeyChoice::Named(_) => {
+                self.conds.insert(bkey, None);
+            }
+            KeyChoice::Issued => self.issued.push((space, id)),
+        }
         Ok(Placed {
             id,
             row_key,
@@ -415,7 +426,12 @@ impl Transaction {
                 hook(space, id).await;
             }
             last = id;
-            if self.placed_elsewhere(space, id) || self.bound(space, id).await?.is_some() {
+            if self.placed_elsewhere(space, id) {
+                continue;
+            }
+            // A freshly issued key is bound only if a session of this writer named it; ask the
+            // store only then (this lookup used to cost one engine read per inserted row).
+            if self.cat.state(space)?.may_be_named(id) && self.bound(space, id).await?.is_some() {
                 continue;
             }
             return Ok(id);
@@ -462,7 +478,7 @@ impl Transaction {
             )
         })?;
         let mut row = Row::decode(&binding.row_key, &row_bytes)?;
-        if own && self.conds.get(bkey.as_slice()) == Some(&None) {
+        if own && self.placed.contains(&(space.code(), id)) {
             // Placed by this transaction: take it back, as a rollback of that insert would.
             self.writes.remove(bkey.as_slice());
             self.writes.remove(binding.row_key.as_slice());
@@ -528,6 +544,14 @@ impl Transaction {
             batch.expect(k, v);
         }
         let guard = cat.inner.commit_lock.lock().await;
+        // Issued keys need the "still unbound" precondition only when a session of this writer
+        // has named a key at or above them since they were drawn; decided under the commit lock,
+        // so a named insert that commits later is the one whose precondition refuses it.
+        for (space, id) in std::mem::take(&mut self.issued) {
+            if self.placed.contains(&(space.code(), id)) && cat.state(space)?.may_be_named(id) {
+                batch.expect(Bytes::copy_from_slice(&space.binding_key(id)), None);
+            }
+        }
         // Named keys at or above the stored counter raise it in the same batch, so the stored
         // mark is never behind a committed key. Computed under the commit lock: monotonic.
         let mut raises = Vec::new();
@@ -584,16 +608,17 @@ impl Transaction {
     pub fn rollback(self) {}
 }
 
-fn release(cat: &Catalog, keys: &[(u8, u64)]) {
-    if keys.is_empty() {
+fn release(cat: &Catalog, keys: impl IntoIterator<Item = (u8, u64)>) {
+    let mut keys = keys.into_iter().peekable();
+    if keys.peek().is_none() {
         return;
     }
     let mut placed = cat.inner.placed.lock().unwrap_or_else(|e| e.into_inner());
     for k in keys {
-        if let Some(n) = placed.get_mut(k) {
+        if let Some(n) = placed.get_mut(&k) {
             *n -= 1;
             if *n == 0 {
-                placed.remove(k);
+                placed.remove(&k);
             }
         }
     }
@@ -601,7 +626,7 @@ fn release(cat: &Catalog, keys: &[(u8, u64)]) {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
-        release(&self.cat, &std::mem::take(&mut self.placed));
+        release(&self.cat, std::mem::take(&mut self.placed));
     }
 }
 

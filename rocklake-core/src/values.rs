@@ -200,9 +200,16 @@ impl Row {
     /// Check that the cells fit `table`'s columns and the interval is well formed. `what`
     /// names the row in errors (usually its rendered key).
     pub fn check(&self, table: &TagInfo, what: &str) -> Result<()> {
+        self.check_named(table, || what.to_string())
+    }
+
+    /// [`Row::check`], naming the row only when there is an error to report (rendering a key
+    /// costs an allocation the success path does not need).
+    pub(crate) fn check_named(&self, table: &TagInfo, what: impl Fn() -> String) -> Result<()> {
         if self.cells.len() > table.columns.len() {
             return Err(Error::InvalidArgument(format!(
-                "row for {what} has {} cells but {} has {} columns",
+                "row for {} has {} cells but {} has {} columns",
+                what(),
                 self.cells.len(),
                 table.name,
                 table.columns.len()
@@ -211,7 +218,8 @@ impl Row {
         for (cell, col) in self.cells.iter().zip(table.columns) {
             if !cell.fits(col.ty) {
                 return Err(Error::InvalidArgument(format!(
-                    "row for {what}: column {} is {} but got a {} value ({cell})",
+                    "row for {}: column {} is {} but got a {} value ({cell})",
+                    what(),
                     col.name,
                     col.ty.sql(),
                     cell.type_name()
@@ -221,7 +229,8 @@ impl Row {
         if let Some(end) = self.end_snapshot {
             if end <= self.begin_snapshot {
                 return Err(Error::InvalidArgument(format!(
-                    "row for {what}: end_snapshot {end} is not after begin_snapshot {}",
+                    "row for {}: end_snapshot {end} is not after begin_snapshot {}",
+                    what(),
                     self.begin_snapshot
                 )));
             }
@@ -232,7 +241,7 @@ impl Row {
     /// Encode for `table`, checking that the cells fit its columns. `key` is used only to name
     /// the row in errors.
     pub fn encode(&self, table: &TagInfo, key: &[u8]) -> Result<Vec<u8>> {
-        self.check(table, &keys::render(key))?;
+        self.check_named(table, || keys::render(key))?;
         Ok(self.encode_unchecked())
     }
 

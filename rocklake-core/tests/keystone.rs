@@ -171,6 +171,61 @@ async fn two_writers_naming_one_key_exactly_one_lands() {
     assert_eq!(row.cells[3], Value::Text("a".into()));
 }
 
+/// An issued key is placed without asking the store (no session had named a key that high),
+/// then another session names the same key and commits first: the issued insert must still be
+/// refused at commit, never overwrite the named row.
+#[tokio::test]
+async fn an_issued_key_named_and_committed_by_another_session_is_refused_at_commit() {
+    let cat = Catalog::open(mem()).await.unwrap();
+    let mut issuer = cat.begin().await.unwrap();
+    let drawn = issuer
+        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("issued"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(name(&cat, drawn).await.unwrap(), drawn);
+    let err = issuer.commit().await.unwrap_err();
+    assert_eq!(err.kind(), "AlreadyExists", "{err}");
+    let r = cat.reader(None).await.unwrap();
+    let (_, row) = r.by_id(&keystone::TABLE, drawn).await.unwrap().unwrap();
+    assert_eq!(
+        row.cells[3],
+        Value::Text("named".into()),
+        "the named row stays"
+    );
+    // And the other order: the issued insert commits first, the named one is refused.
+    let mut issuer = cat.begin().await.unwrap();
+    let drawn = issuer
+        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("issued"))
+        .await
+        .unwrap()
+        .id;
+    let mut namer = cat.begin().await.unwrap();
+    namer
+        .insert(
+            &keystone::TABLE,
+            KeyChoice::Named(drawn),
+            table_cells("named"),
+        )
+        .await
+        .unwrap();
+    issuer.commit().await.unwrap();
+    let err = namer.commit().await.unwrap_err();
+    assert_eq!(err.kind(), "AlreadyExists", "{err}");
+    // Deleting an issued row placed by the same transaction frees it: nothing of it lands.
+    let mut t = cat.begin().await.unwrap();
+    let id = t
+        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("gone"))
+        .await
+        .unwrap()
+        .id;
+    assert!(t.delete(&keystone::TABLE, id).await.unwrap());
+    t.commit().await.unwrap();
+    let r = cat.reader(None).await.unwrap();
+    assert!(r.by_id(&keystone::TABLE, id).await.unwrap().is_none());
+    assert!(cat.binding(&keystone::TABLE, id).await.unwrap().is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn issued_ids_ascend_across_tasks_and_are_unique() {
     let cat = Catalog::open_with(
