@@ -825,35 +825,62 @@ pub async fn group_commit(
     Ok(out)
 }
 
-/// Run every workload on every subject. `progress` is told what runs.
+/// The workload groups, in the order they run.
+pub const GROUPS: &[&str] = &[
+    "codec",
+    "point",
+    "scan",
+    "batch",
+    "keystone",
+    "mvcc",
+    "catalog",
+    "group-commit",
+];
+
+/// Run every workload of the chosen `groups` (all when empty) on every subject. `progress` is
+/// told what runs.
 pub async fn run(
     subjects: &[Subject],
     budget: Budget,
+    groups: &[String],
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<Measurement>> {
+    let want = |g: &str| groups.is_empty() || groups.iter().any(|x| x == g);
     let dir = tempfile::Builder::new()
         .prefix("rocklake-bench-")
         .tempdir()
         .map_err(|e| rocklake_core::Error::engine("bench", "temp dir", e))?;
-    progress("codec");
-    let mut out = codec(budget);
-    for s in subjects {
-        progress(&format!("{}: point, scan, batch", s.name));
-        let (backend, raw) = (s.open)(&dir.path().join(format!("{}-kv", s.name))).await?;
-        out.extend(kv(&s.name, &backend, raw.as_ref(), budget).await?);
-        backend.close().await?;
-        drop(raw);
-        drop(backend);
-        progress(&format!("{}: keystone, mvcc", s.name));
-        let (backend, _) = (s.open)(&dir.path().join(format!("{}-ks", s.name))).await?;
-        out.extend(keystone_workloads(&s.name, backend, budget).await?);
-        progress(&format!("{}: catalog transactions vs SQLite", s.name));
-        let (backend, _) = (s.open)(&dir.path().join(format!("{}-cat", s.name))).await?;
-        out.extend(catalog_workloads(&s.name, backend, dir.path(), budget).await?);
-        progress(&format!("{}: group commit", s.name));
-        let (backend, _) = (s.open)(&dir.path().join(format!("{}-gc", s.name))).await?;
-        out.extend(group_commit(&s.name, backend, budget).await?);
+    let mut out = Vec::new();
+    if want("codec") {
+        progress("codec");
+        out.extend(codec(budget));
     }
+    for s in subjects {
+        if want("point") || want("scan") || want("batch") {
+            progress(&format!("{}: point, scan, batch", s.name));
+            let (backend, raw) = (s.open)(&dir.path().join(format!("{}-kv", s.name))).await?;
+            out.extend(kv(&s.name, &backend, raw.as_ref(), budget).await?);
+            backend.close().await?;
+            drop(raw);
+            drop(backend);
+        }
+        if want("keystone") || want("mvcc") {
+            progress(&format!("{}: keystone, mvcc", s.name));
+            let (backend, _) = (s.open)(&dir.path().join(format!("{}-ks", s.name))).await?;
+            out.extend(keystone_workloads(&s.name, backend, budget).await?);
+        }
+        if want("catalog") {
+            progress(&format!("{}: catalog transactions vs SQLite", s.name));
+            let (backend, _) = (s.open)(&dir.path().join(format!("{}-cat", s.name))).await?;
+            out.extend(catalog_workloads(&s.name, backend, dir.path(), budget).await?);
+        }
+        if want("group-commit") {
+            progress(&format!("{}: group commit", s.name));
+            let (backend, _) = (s.open)(&dir.path().join(format!("{}-gc", s.name))).await?;
+            out.extend(group_commit(&s.name, backend, budget).await?);
+        }
+    }
+    out.retain(|m| want(&m.group));
     Ok(out)
 }
 

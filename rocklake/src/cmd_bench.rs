@@ -92,6 +92,7 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
 /// Run, print the markdown table, write JSON and SVG charts into `out_dir`.
 pub async fn run(
     engines: Vec<String>,
+    groups: Vec<String>,
     quick: bool,
     out_dir: Option<PathBuf>,
     json: bool,
@@ -103,7 +104,15 @@ pub async fn run(
         Budget::full()
     };
     let started = std::time::Instant::now();
-    let rows = benches::run(&subjects, budget, |what| {
+    for g in &groups {
+        if !benches::GROUPS.contains(&g.as_str()) {
+            return Err(Error::InvalidArgument(format!(
+                "unknown workload group {g:?}; the groups are {:?}",
+                benches::GROUPS
+            )));
+        }
+    }
+    let rows = benches::run(&subjects, budget, &groups, |what| {
         eprintln!("bench: {what} ({:.0} s)", started.elapsed().as_secs_f64())
     })
     .await?;

@@ -134,6 +134,10 @@ enum Command {
         /// Write bench.json, bench.md and SVG charts into this folder.
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        /// Workload groups to run (codec, point, scan, batch, keystone, mvcc, catalog,
+        /// group-commit); default: all.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<String>,
     },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
@@ -181,7 +185,7 @@ async fn main_job(json: bool) -> CliResult {
     if code != ExitCode::SUCCESS {
         return Ok(code);
     }
-    cmd_bench::run(vec![], true, None, json).await
+    cmd_bench::run(vec![], vec![], true, None, json).await
 }
 
 fn print(json: bool, value: serde_json::Value, text: impl FnOnce() -> String) {
@@ -442,8 +446,9 @@ async fn run(command: Command, json: bool) -> CliResult {
             engines,
             quick,
             out,
+            groups,
         } => {
-            return cmd_bench::run(engines, quick, out, json).await;
+            return cmd_bench::run(engines, groups, quick, out, json).await;
         }
         Command::Tags { markdown } => {
             if markdown {
