@@ -630,16 +630,36 @@ pub async fn commit_snapshot(cat: &Catalog, files: usize) -> Result<u64> {
     Ok(snap)
 }
 
-/// List the data files of table 1 visible at `snapshot`.
+/// List the data files of `table_id` visible at the latest snapshot, reading each one's path
+/// (as the SQLite side reads its `path` column).
 pub async fn list_files(cat: &Catalog, table_id: u64) -> Result<usize> {
+    let path = rocklake_core::tags::DATA_FILE
+        .info()
+        .and_then(|t| t.column_index("path"))
+        .expect("data_file has a path column");
     let r = cat.reader(None).await?;
     let mut n = 0;
-    r.visible_rows(
+    let mut failed = None;
+    r.scan_visible(
         &keys::prefix(rocklake_core::tags::DATA_FILE, &[table_id]),
-        |_, _| n += 1,
+        |row| match row.cell(path) {
+            Ok(Value::Text(p)) => {
+                std::hint::black_box(p);
+                n += 1;
+            }
+            Ok(other) => {
+                failed = Some(rocklake_core::Error::InvalidArgument(format!(
+                    "a data file's path is {other}"
+                )))
+            }
+            Err(e) => failed = Some(e),
+        },
     )
     .await?;
-    Ok(n)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
 }
 
 /// Catalog-shaped transactions, RockLake and SQLite.

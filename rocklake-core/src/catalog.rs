@@ -25,7 +25,7 @@ use crate::keystone::{
 };
 use crate::tags::{self, system, ValueKind};
 use crate::txn::Transaction;
-use crate::values::{self, AuditEntry, Binding, Row};
+use crate::values::{self, AuditEntry, Binding, Row, RowView};
 
 /// Shares durability barriers between commits that arrive together.
 ///
@@ -887,6 +887,34 @@ impl Reader {
     where
         F: FnMut(Key, Row),
     {
+        let mut failed = None;
+        let n = self
+            .scan_visible(prefix, |row| {
+                if failed.is_some() {
+                    return;
+                }
+                let decoded = Key::decode(row.key())
+                    .map_err(Error::from)
+                    .and_then(|k| Ok((k, row.row()?)));
+                match decoded {
+                    Ok((k, r)) => each(k, r),
+                    Err(e) => failed = Some(e),
+                }
+            })
+            .await?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// [`Reader::visible_rows`] without decoding: each visible row comes as a [`RowView`], whose
+    /// cells are decoded only when asked for. Invisible versions are skipped after reading just
+    /// their interval. This is the fast way to read a few columns of many rows.
+    pub async fn scan_visible<F>(&self, prefix: &[u8], mut each: F) -> Result<u64>
+    where
+        F: FnMut(RowView<'_>),
+    {
         let mut pager = Pager::new(
             self.view.as_ref(),
             KeyRange::prefix(prefix),
@@ -895,16 +923,16 @@ impl Reader {
         );
         let mut n = 0;
         while let Some(page) = pager.next_page().await? {
-            for (k, v) in page {
+            for (k, v) in &page {
                 let Some(info) = k.first().and_then(|b| tags::lookup(*b)) else {
                     continue;
                 };
                 if info.value != ValueKind::Row {
                     continue;
                 }
-                let row = Row::decode(&k, &v)?;
+                let row = RowView::new(k, v)?;
                 if row.version().visible_at(self.snapshot) {
-                    each(Key::decode(&k)?, row);
+                    each(row);
                     n += 1;
                 }
             }
@@ -920,11 +948,12 @@ impl Reader {
         let mut pager = Pager::new(self.view.as_ref(), range, Order::Descending, 16);
         while let Some(page) = pager.next_page().await? {
             for (k, v) in page {
-                let row = Row::decode(&k, &v)?;
-                if row.version().visible_at(self.snapshot) {
-                    return Ok(Some((Key::decode(&k)?, row)));
+                let row = RowView::new(&k, &v)?;
+                let version = row.version();
+                if version.visible_at(self.snapshot) {
+                    return Ok(Some((Key::decode(&k)?, row.row()?)));
                 }
-                if row.begin_snapshot <= self.snapshot {
+                if version.begin <= self.snapshot {
                     // Older versions ended at or before this one began: none can be visible.
                     return Ok(None);
                 }

@@ -38,4 +38,4 @@ pub use keystone::IdSpace;
 pub use memory::MemoryBackend;
 pub use tags::Tag;
 pub use txn::{KeyChoice, Transaction};
-pub use values::{Row, Value};
+pub use values::{Row, RowView, Value};

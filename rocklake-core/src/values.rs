@@ -259,6 +259,14 @@ impl Row {
 
     /// Decode a row stored under `key`.
     pub fn decode(key: &[u8], bytes: &[u8]) -> Result<Row> {
+        match wire::row(bytes) {
+            Some(row) => Ok(row),
+            None => Row::decode_prost(key, bytes),
+        }
+    }
+
+    /// Decode through `prost`: the reference decoder, which also words every error.
+    pub(crate) fn decode_prost(key: &[u8], bytes: &[u8]) -> Result<Row> {
         let env = Envelope::decode(bytes)
             .map_err(|e| Error::corrupt(key, format!("row envelope does not decode: {e}")))?;
         if env.codec == 0 {
@@ -412,6 +420,234 @@ pub fn render_value(key: &[u8], bytes: &[u8]) -> Result<String> {
     })
 }
 
+/// A direct reader of the row envelope's wire format: decodes straight into [`Value`]s (no
+/// intermediate `Cell` vector) and lets a scan test visibility without decoding any cell.
+///
+/// It accepts only the plain encodings every protobuf writer produces; on anything else (a group,
+/// an over-long varint, a known field with the wrong wire type, bad UTF-8) it answers `None`, and
+/// the caller falls back to `prost`, which decides and words the error. A property test checks
+/// that it never accepts what `prost` refuses and never decodes differently.
+mod wire {
+    use super::{Row, Value};
+
+    pub(super) struct Reader<'a> {
+        buf: &'a [u8],
+    }
+
+    pub(super) enum Field<'a> {
+        Varint(u64),
+        Len(&'a [u8]),
+        Fixed,
+    }
+
+    impl<'a> Reader<'a> {
+        pub(super) fn new(buf: &'a [u8]) -> Reader<'a> {
+            Reader { buf }
+        }
+
+        #[inline]
+        fn varint(&mut self) -> Option<u64> {
+            let mut v: u64 = 0;
+            for i in 0..10 {
+                let b = *self.buf.get(i)?;
+                if i == 9 && b > 1 {
+                    return None;
+                }
+                v |= u64::from(b & 0x7f) << (7 * i);
+                if b < 0x80 {
+                    self.buf = &self.buf[i + 1..];
+                    return Some(v);
+                }
+            }
+            None
+        }
+
+        fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+            if self.buf.len() < n {
+                return None;
+            }
+            let (head, rest) = self.buf.split_at(n);
+            self.buf = rest;
+            Some(head)
+        }
+
+        /// The next field: `Some(None)` at the end, `None` on anything unusual.
+        #[inline]
+        pub(super) fn next(&mut self) -> Option<Option<(u32, Field<'a>)>> {
+            if self.buf.is_empty() {
+                return Some(None);
+            }
+            let key = self.varint()?;
+            if key > u64::from(u32::MAX) {
+                return None;
+            }
+            let tag = (key >> 3) as u32;
+            if tag == 0 {
+                return None;
+            }
+            let field = match key & 7 {
+                0 => Field::Varint(self.varint()?),
+                1 => {
+                    self.take(8)?;
+                    Field::Fixed
+                }
+                2 => {
+                    let len = usize::try_from(self.varint()?).ok()?;
+                    Field::Len(self.take(len)?)
+                }
+                5 => {
+                    self.take(4)?;
+                    Field::Fixed
+                }
+                _ => return None,
+            };
+            Some(Some((tag, field)))
+        }
+    }
+
+    /// The envelope's scalar fields, its cells left encoded.
+    pub(super) struct Header {
+        pub(super) codec: u32,
+        pub(super) begin: u64,
+        pub(super) end: Option<u64>,
+        pub(super) epoch: u64,
+    }
+
+    /// Walk the envelope, handing each encoded cell to `cell`.
+    pub(super) fn envelope<'a>(
+        bytes: &'a [u8],
+        mut cell: impl FnMut(&'a [u8]) -> Option<()>,
+    ) -> Option<Header> {
+        let mut h = Header {
+            codec: 0,
+            begin: 0,
+            end: None,
+            epoch: 0,
+        };
+        let mut r = Reader::new(bytes);
+        while let Some((tag, f)) = r.next()? {
+            match (tag, f) {
+                (1, Field::Varint(v)) => h.codec = v as u32,
+                (2, Field::Varint(v)) => h.begin = v,
+                (3, Field::Varint(v)) => h.end = Some(v),
+                (4, Field::Len(c)) => cell(c)?,
+                (5, Field::Varint(v)) => h.epoch = v,
+                (1..=5, _) => return None,
+                _ => {}
+            }
+        }
+        Some(h)
+    }
+
+    /// Decode one cell.
+    pub(super) fn cell(bytes: &[u8]) -> Option<Value> {
+        let mut v = Value::Null;
+        let mut r = Reader::new(bytes);
+        while let Some((tag, f)) = r.next()? {
+            v = match (tag, f) {
+                (1, Field::Varint(z)) => Value::Int(((z >> 1) as i64) ^ -((z & 1) as i64)),
+                (2, Field::Len(s)) => Value::Text(std::str::from_utf8(s).ok()?.to_owned()),
+                (3, Field::Varint(b)) => Value::Bool(b != 0),
+                (4, Field::Len(b)) => Value::Bytes(b.to_vec()),
+                (1..=4, _) => return None,
+                _ => v,
+            };
+        }
+        Some(v)
+    }
+
+    /// Decode a whole row.
+    pub(super) fn row(bytes: &[u8]) -> Option<Row> {
+        let mut cells = Vec::new();
+        let h = envelope(bytes, |c| {
+            cells.push(cell(c)?);
+            Some(())
+        })?;
+        if h.codec == 0 {
+            return None;
+        }
+        Some(Row {
+            begin_snapshot: h.begin,
+            end_snapshot: h.end,
+            cells,
+            writer_epoch: h.epoch,
+        })
+    }
+}
+
+/// A stored row read lazily: its MVCC interval is decoded, its cells only on demand. Scans use
+/// it to skip invisible versions without decoding them, and callers that need a few columns of
+/// many rows read just those.
+#[derive(Clone, Debug)]
+pub struct RowView<'a> {
+    key: &'a [u8],
+    bytes: &'a [u8],
+    begin_snapshot: u64,
+    end_snapshot: Option<u64>,
+}
+
+impl<'a> RowView<'a> {
+    /// Read the interval of the row stored under `key`. The envelope is checked here; each cell
+    /// is checked when it is read ([`RowView::cell`], [`RowView::row`]), so a damaged cell is
+    /// reported by the read that needs it, with the error [`Row::decode`] gives.
+    pub fn new(key: &'a [u8], bytes: &'a [u8]) -> Result<RowView<'a>> {
+        match wire::envelope(bytes, |_| Some(())) {
+            Some(h) if h.codec != 0 => Ok(RowView {
+                key,
+                bytes,
+                begin_snapshot: h.begin,
+                end_snapshot: h.end,
+            }),
+            _ => {
+                let row = Row::decode_prost(key, bytes)?;
+                Ok(RowView {
+                    key,
+                    bytes,
+                    begin_snapshot: row.begin_snapshot,
+                    end_snapshot: row.end_snapshot,
+                })
+            }
+        }
+    }
+
+    /// The stored key.
+    pub fn key(&self) -> &'a [u8] {
+        self.key
+    }
+
+    /// The MVCC interval.
+    pub fn version(&self) -> crate::mvcc::Version {
+        crate::mvcc::Version {
+            begin: self.begin_snapshot,
+            end: self.end_snapshot,
+        }
+    }
+
+    /// The cell at column `index` (`Null` past the stored cells).
+    pub fn cell(&self, index: usize) -> Result<Value> {
+        let mut seen = 0;
+        let mut found = None;
+        let walked = wire::envelope(self.bytes, |c| {
+            if seen == index {
+                found = Some(wire::cell(c)?);
+            }
+            seen += 1;
+            Some(())
+        });
+        match (walked, found) {
+            (Some(_), Some(v)) => Ok(v),
+            (Some(_), None) if seen <= index => Ok(Value::Null),
+            // Unusual encoding or a damaged cell: the full decoder decides and words the error.
+            _ => Ok(self.row()?.cells.get(index).cloned().unwrap_or(Value::Null)),
+        }
+    }
+
+    /// Decode the whole row.
+    pub fn row(&self) -> Result<Row> {
+        Row::decode(self.key, self.bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,5 +757,88 @@ mod tests {
             err.contains("counter \"next-table-id\"") && err.contains("2 bytes"),
             "{err}"
         );
+    }
+
+    fn arb_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::Int),
+            ".{0,12}".prop_map(Value::Text),
+            any::<bool>().prop_map(Value::Bool),
+            proptest::collection::vec(any::<u8>(), 0..12).prop_map(Value::Bytes),
+        ]
+    }
+
+    /// The direct decoder against `prost`, the reference: never a different row, never accepting
+    /// what `prost` refuses; `RowView` reads the same interval and cells.
+    fn agrees(bytes: &[u8]) {
+        let fast = wire::row(bytes);
+        let reference = Row::decode_prost(b"k", bytes);
+        match (&fast, &reference) {
+            (Some(f), Ok(r)) => assert_eq!(f, r, "bytes {bytes:02x?}"),
+            (Some(f), Err(e)) => panic!("direct decoder accepted {f:?}, prost refused: {e}"),
+            (None, _) => {}
+        }
+        assert_eq!(
+            Row::decode(b"k", bytes).ok(),
+            reference.as_ref().ok().cloned(),
+            "Row::decode agrees with prost on {bytes:02x?}"
+        );
+        match (RowView::new(b"k", bytes), &reference) {
+            (Ok(v), Ok(r)) => {
+                assert_eq!(v.version(), r.version());
+                for i in 0..r.cells.len() + 2 {
+                    let want = r.cells.get(i).cloned().unwrap_or(Value::Null);
+                    assert_eq!(v.cell(i).unwrap(), want, "cell {i} of {bytes:02x?}");
+                }
+            }
+            (Err(_), Err(_)) => {}
+            // Cells are checked when read: the damage must show there.
+            (Ok(v), Err(_)) => assert!(v.row().is_err(), "RowView hid damage in {bytes:02x?}"),
+            (v, r) => panic!("RowView {v:?} against prost {r:?} on {bytes:02x?}"),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn direct_decoder_matches_prost_on_rows(
+            begin in 0u64..u64::MAX,
+            end in proptest::option::of(0u64..u64::MAX),
+            epoch in 0u64..u64::MAX,
+            cells in proptest::collection::vec(arb_value(), 0..8),
+        ) {
+            let row = Row { begin_snapshot: begin, end_snapshot: end, cells, writer_epoch: epoch };
+            let bytes = row.encode_unchecked();
+            proptest::prop_assert_eq!(wire::row(&bytes), Some(row.clone()));
+            agrees(&bytes);
+        }
+
+        #[test]
+        fn direct_decoder_matches_prost_on_damaged_rows(
+            cells in proptest::collection::vec(arb_value(), 0..6),
+            flips in proptest::collection::vec((0usize..64, proptest::prelude::any::<u8>()), 1..4),
+            cut in 0usize..80,
+        ) {
+            let mut bytes = Row { begin_snapshot: 7, end_snapshot: Some(9), cells, writer_epoch: 2 }
+                .encode_unchecked();
+            for (at, b) in flips {
+                if !bytes.is_empty() {
+                    let i = at % bytes.len();
+                    bytes[i] = b;
+                }
+            }
+            bytes.truncate(cut.max(1));
+            agrees(&bytes);
+        }
+
+        #[test]
+        fn direct_decoder_matches_prost_on_any_bytes(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+        ) {
+            agrees(&bytes);
+        }
     }
 }
