@@ -27,9 +27,13 @@ pub const COMPANIONS: u64 = 3;
 /// Prefix of the line a child prints after each acknowledged (durable) commit.
 pub const ACK: &str = "ACK ";
 
-/// The child's loop: commit forever, print `ACK <id>` after each durable commit.
+/// Committers the child runs at once, so that kills also land while commits share a flush
+/// (group commit).
+pub const COMMITTERS: usize = 4;
+
+/// The child's loop: [`COMMITTERS`] tasks commit forever, each printing `ACK <id>` after each
+/// durable commit.
 pub async fn child_main(backend: Arc<dyn KvBackend>) -> ! {
-    use std::io::Write;
     // A small reservation so that reservations, not only commits, are hit by kills.
     let opts = CatalogOptions {
         id_reservation: 16,
@@ -42,6 +46,15 @@ pub async fn child_main(backend: Arc<dyn KvBackend>) -> ! {
             std::process::exit(3);
         }
     };
+    for _ in 1..COMMITTERS {
+        let cat = cat.clone();
+        tokio::spawn(async move { commit_loop(cat).await });
+    }
+    commit_loop(cat).await
+}
+
+async fn commit_loop(cat: Catalog) -> ! {
+    use std::io::Write;
     let stdout = std::io::stdout();
     loop {
         let r = async {

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -98,6 +99,8 @@ pub struct Transaction {
     issued: Vec<(&'static IdSpace, u64)>,
     /// Per id space: the counter value named keys of this transaction need (max named + 1).
     named_needs: HashMap<&'static str, (&'static IdSpace, u64)>,
+    /// Counted in the group commit's `building` until applied or dropped.
+    building: bool,
 }
 
 impl fmt::Debug for Transaction {
@@ -135,6 +138,10 @@ pub(crate) fn already_exists(space: &IdSpace, id: u64, b: &Binding) -> Error {
 
 impl Transaction {
     pub(crate) fn new(cat: Catalog, view: Arc<dyn ReadView>, read_snapshot: u64) -> Transaction {
+        cat.inner
+            .group
+            .building
+            .fetch_add(1, AtomicOrdering::AcqRel);
         Transaction {
             cat,
             view: Some(view),
@@ -145,6 +152,7 @@ impl Transaction {
             placed: HashSet::new(),
             issued: Vec::new(),
             named_needs: HashMap::new(),
+            building: true,
         }
     }
 
@@ -543,6 +551,7 @@ impl Transaction {
         for (k, v) in std::mem::take(&mut self.conds) {
             batch.expect(k, v);
         }
+        let queued = cat.inner.group.queue();
         let guard = cat.inner.commit_lock.lock().await;
         // Issued keys need the "still unbound" precondition only when a session of this writer
         // has named a key at or above them since they were drawn; decided under the commit lock,
@@ -576,7 +585,9 @@ impl Transaction {
                     st.raise_ceiling(need);
                 }
                 let seq = cat.inner.group.applied();
+                self.done_building();
                 drop(guard);
+                drop(queued);
                 if durable {
                     cat.inner.group.wait_durable(seq, &cat).await?;
                 }
@@ -604,6 +615,16 @@ impl Transaction {
         }
     }
 
+    fn done_building(&mut self) {
+        if std::mem::take(&mut self.building) {
+            self.cat
+                .inner
+                .group
+                .building
+                .fetch_sub(1, AtomicOrdering::AcqRel);
+        }
+    }
+
     /// Discard the write set. Keys placed are free again.
     pub fn rollback(self) {}
 }
@@ -626,6 +647,7 @@ fn release(cat: &Catalog, keys: impl IntoIterator<Item = (u8, u64)>) {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
+        self.done_building();
         release(&self.cat, std::mem::take(&mut self.placed));
     }
 }
