@@ -246,15 +246,24 @@ impl Row {
     }
 
     /// Encode without checking the cells against a table (internal hot path after checks).
+    ///
+    /// Writes the same bytes `prost` writes for the [`Envelope`] (a test holds it to that), but
+    /// straight from the cells, without first copying them into `Cell`s.
     pub fn encode_unchecked(&self) -> Vec<u8> {
-        let env = Envelope {
+        wire::encode(self)
+    }
+
+    /// The envelope encoded by `prost`: the reference for [`Row::encode_unchecked`].
+    #[cfg(test)]
+    pub(crate) fn encode_prost(&self) -> Vec<u8> {
+        Envelope {
             codec: CODEC_VERSION,
             begin_snapshot: self.begin_snapshot,
             end_snapshot: self.end_snapshot,
             cells: self.cells.iter().cloned().map(Cell::from).collect(),
             writer_epoch: self.writer_epoch,
-        };
-        env.encode_to_vec()
+        }
+        .encode_to_vec()
     }
 
     /// Decode a row stored under `key`.
@@ -556,6 +565,88 @@ mod wire {
         Some(v)
     }
 
+    fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    fn varint_len(v: u64) -> usize {
+        // 1 byte per started 7 bits; 0 takes one byte.
+        (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+    }
+
+    /// The body of one encoded cell: (field key, payload) as protobuf lays it out.
+    fn cell_len(v: &Value) -> usize {
+        match v {
+            Value::Null => 0,
+            Value::Int(i) => 1 + varint_len(zigzag(*i)),
+            Value::Bool(_) => 2,
+            Value::Text(s) => 1 + varint_len(s.len() as u64) + s.len(),
+            Value::Bytes(b) => 1 + varint_len(b.len() as u64) + b.len(),
+        }
+    }
+
+    fn zigzag(i: i64) -> u64 {
+        ((i << 1) ^ (i >> 63)) as u64
+    }
+
+    /// Encode a row's envelope exactly as `prost` encodes [`super::Envelope`]: fields in tag
+    /// order, proto3 defaults (0) left out, the optional end and every oneof case written.
+    pub(super) fn encode(row: &Row) -> Vec<u8> {
+        let body: usize = row
+            .cells
+            .iter()
+            .map(|c| {
+                let n = cell_len(c);
+                1 + varint_len(n as u64) + n
+            })
+            .sum();
+        let mut out = Vec::with_capacity(body + 32);
+        put_varint(&mut out, 0x08);
+        put_varint(&mut out, u64::from(super::CODEC_VERSION));
+        if row.begin_snapshot != 0 {
+            out.push(0x10);
+            put_varint(&mut out, row.begin_snapshot);
+        }
+        if let Some(end) = row.end_snapshot {
+            out.push(0x18);
+            put_varint(&mut out, end);
+        }
+        for c in &row.cells {
+            out.push(0x22);
+            put_varint(&mut out, cell_len(c) as u64);
+            match c {
+                Value::Null => {}
+                Value::Int(i) => {
+                    out.push(0x08);
+                    put_varint(&mut out, zigzag(*i));
+                }
+                Value::Text(s) => {
+                    out.push(0x12);
+                    put_varint(&mut out, s.len() as u64);
+                    out.extend_from_slice(s.as_bytes());
+                }
+                Value::Bool(b) => {
+                    out.push(0x18);
+                    out.push(u8::from(*b));
+                }
+                Value::Bytes(b) => {
+                    out.push(0x22);
+                    put_varint(&mut out, b.len() as u64);
+                    out.extend_from_slice(b);
+                }
+            }
+        }
+        if row.writer_epoch != 0 {
+            out.push(0x28);
+            put_varint(&mut out, row.writer_epoch);
+        }
+        out
+    }
+
     /// Decode a whole row.
     pub(super) fn row(bytes: &[u8]) -> Option<Row> {
         let mut cells = Vec::new();
@@ -800,6 +891,46 @@ mod tests {
         }
     }
 
+    #[test]
+    fn direct_encoder_writes_prost_bytes_at_the_edges() {
+        let edges = [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::MAX / 2,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for n in edges {
+            for end in [None, Some(0), Some(n)] {
+                let row = Row {
+                    begin_snapshot: n,
+                    end_snapshot: end,
+                    cells: vec![
+                        Value::Int(n as i64),
+                        Value::Int(i64::MIN),
+                        Value::Int(i64::MAX),
+                        Value::Int(-1),
+                        Value::Int(0),
+                        Value::Text(String::new()),
+                        Value::Text("x".repeat(200)),
+                        Value::Bool(false),
+                        Value::Bool(true),
+                        Value::Bytes(Vec::new()),
+                        Value::Bytes(vec![0xff; 130]),
+                        Value::Null,
+                    ],
+                    writer_epoch: n,
+                };
+                assert_eq!(row.encode_unchecked(), row.encode_prost(), "{row:?}");
+                assert_eq!(Row::decode(b"k", &row.encode_unchecked()).unwrap(), row);
+            }
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
 
@@ -812,6 +943,7 @@ mod tests {
         ) {
             let row = Row { begin_snapshot: begin, end_snapshot: end, cells, writer_epoch: epoch };
             let bytes = row.encode_unchecked();
+            proptest::prop_assert_eq!(&bytes, &row.encode_prost(), "same bytes as prost");
             proptest::prop_assert_eq!(wire::row(&bytes), Some(row.clone()));
             agrees(&bytes);
         }
