@@ -724,12 +724,26 @@ pub static REGISTRY: &[TagInfo] = &[
 
 /// The registry entry for a byte, or `None` when the tag is not allocated.
 pub fn lookup(byte: u8) -> Option<&'static TagInfo> {
-    // The registry is small and sorted; a binary search keeps this branch-light on hot paths.
-    REGISTRY
-        .binary_search_by_key(&byte, |t| t.tag.0)
-        .ok()
-        .map(|i| &REGISTRY[i])
+    // Scans call this once per key: one indexed load instead of a search.
+    match BY_BYTE[byte as usize] {
+        NOT_A_TAG => None,
+        i => Some(&REGISTRY[i as usize]),
+    }
 }
+
+const NOT_A_TAG: u8 = u8::MAX;
+
+/// Registry index of each tag byte ([`NOT_A_TAG`] for unallocated bytes), built at compile time.
+static BY_BYTE: [u8; 256] = {
+    assert!(REGISTRY.len() < NOT_A_TAG as usize);
+    let mut t = [NOT_A_TAG; 256];
+    let mut i = 0;
+    while i < REGISTRY.len() {
+        t[REGISTRY[i].tag.0 as usize] = i as u8;
+        i += 1;
+    }
+    t
+};
 
 /// The registry entry for a table name (`ducklake_table`, `counter`, ...).
 pub fn by_name(name: &str) -> Option<&'static TagInfo> {

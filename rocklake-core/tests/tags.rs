@@ -181,3 +181,16 @@ fn checked_in_document_matches_the_registry() {
          ROCKLAKE_UPDATE_DOCS=1 cargo test -p rocklake-core --test tags"
     );
 }
+
+#[test]
+fn lookup_answers_every_byte_like_a_search_of_the_registry() {
+    for b in 0..=255u8 {
+        let searched = rocklake_core::tags::REGISTRY.iter().find(|t| t.tag.0 == b);
+        let looked_up = rocklake_core::tags::lookup(b);
+        assert_eq!(
+            looked_up.map(|t| t.name),
+            searched.map(|t| t.name),
+            "byte {b:#04x}"
+        );
+    }
+}
