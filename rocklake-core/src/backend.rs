@@ -27,6 +27,8 @@ pub type KvPair = (Bytes, Bytes);
 /// one allocation per page instead of two per pair (a pair kept alive keeps its page's buffer).
 #[derive(Debug, Default)]
 pub struct PageBuilder {
+    /// Pairs expected: the first pair's size times this is reserved up front.
+    expect: usize,
     buf: Vec<u8>,
     /// Per pair: where its key starts, where its value starts, where its value ends.
     spans: Vec<(usize, usize, usize)>,
@@ -36,13 +38,21 @@ impl PageBuilder {
     /// An empty page with room for about `pairs` pairs.
     pub fn with_capacity(pairs: usize) -> PageBuilder {
         PageBuilder {
-            buf: Vec::with_capacity(pairs.saturating_mul(64)),
+            expect: pairs,
+            buf: Vec::new(),
             spans: Vec::with_capacity(pairs),
         }
     }
 
     /// Append one pair.
     pub fn push(&mut self, key: &[u8], value: &[u8]) {
+        if self.spans.is_empty() {
+            // Pairs of one table are of similar size: size the buffer after the first (at most
+            // 4 MiB up front; it grows past that as needed).
+            let per = key.len() + value.len();
+            self.buf
+                .reserve(per.saturating_mul(self.expect.max(1)).min(4 << 20).max(per));
+        }
         let start = self.buf.len();
         self.buf.extend_from_slice(key);
         let mid = self.buf.len();
@@ -364,8 +374,10 @@ pub trait ReadView: Send + Sync {
 /// - **`flush`** makes every acknowledged buffered write durable.
 /// - **`close`** flushes and releases the store; every later call returns [`Error::Closed`].
 ///   Closing twice is not an error.
-/// - Implementations must not block the async runtime: blocking engines run their calls under
-///   `tokio::task::spawn_blocking`.
+/// - Implementations must not block the async runtime for long: a blocking engine may run a
+///   call that finishes in microseconds on the calling task (a cached point read, a short scan,
+///   a buffered batch), and runs anything that can wait on the disk for longer (a sync, a large
+///   scan) under `tokio::task::spawn_blocking`, whose round trip alone costs about 15 µs.
 #[async_trait]
 pub trait KvBackend: ReadView + fmt::Debug {
     /// Engine name: `memory`, `slatedb`, `rocksdb`, `sled`.

@@ -77,7 +77,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use fs2::FileExt;
-use rocklake_core::backend::{check_preconditions, BatchOp, KvPair};
+use rocklake_core::backend::{check_preconditions, BatchOp, KvPair, PageBuilder};
 use rocklake_core::{
     Capabilities, Durability, Error, KeyRange, KvBackend, Order, ReadView, Result, WriteBatch,
 };
@@ -406,13 +406,12 @@ impl ReadView for SledBackend {
             return Ok(Vec::new());
         }
         let scan = move |range: &KeyRange| {
-            tree_iter(&db, range, order)
-                .take(limit)
-                .map(|item| {
-                    item.map(|(k, v)| (to_bytes(k), to_bytes(v)))
-                        .map_err(|e| error::map(e, "scanning a range", None))
-                })
-                .collect()
+            let mut page = PageBuilder::with_capacity(limit.min(1024));
+            for item in tree_iter(&db, range, order).take(limit) {
+                let (k, v) = item.map_err(|e| error::map(e, "scanning a range", None))?;
+                page.push(&k, &v);
+            }
+            Ok(page.finish())
         };
         if limit <= INLINE_LIMIT {
             return scan(range);
@@ -554,11 +553,12 @@ impl SledView {
         while out.len() < limit {
             // A stretch of the tree, read before the overlay is looked at.
             let want = (limit - out.len()).max(32);
-            let mut chunk: Vec<KvPair> = Vec::with_capacity(want.min(1024));
+            let mut page = PageBuilder::with_capacity(want.min(1024));
             for item in tree.by_ref().take(want) {
                 let (k, v) = item.map_err(|e| error::map(e, "scanning a range of a view", None))?;
-                chunk.push((to_bytes(k), to_bytes(v)));
+                page.push(&k, &v);
             }
+            let chunk = page.finish();
             let exhausted = chunk.len() < want;
             let end = if exhausted {
                 None
