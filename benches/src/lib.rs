@@ -163,6 +163,43 @@ where
     Ok(Stats::from(out))
 }
 
+/// Time `f` and, when given, the raw-engine call `g` the same way, alternating one call of each
+/// per sample, so that both see the same engine state (background flushes, compactions, cache)
+/// and the ratio between them is not skewed by drift between two separate runs.
+pub async fn sample_pair<F, Fut, G, Gut>(
+    budget: Budget,
+    mut f: F,
+    mut g: Option<G>,
+) -> Result<(Stats, Option<Stats>)>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+    G: FnMut(usize) -> Gut,
+    Gut: std::future::Future<Output = Result<()>>,
+{
+    f(0).await?;
+    if let Some(g) = &mut g {
+        g(0).await?;
+    }
+    let start = Instant::now();
+    let mut fs = Vec::with_capacity(budget.samples);
+    let mut gs = Vec::with_capacity(budget.samples);
+    let mut i = 1;
+    while fs.len() < budget.samples && (start.elapsed() < budget.time || fs.len() < 5) {
+        let t = Instant::now();
+        f(i).await?;
+        fs.push(t.elapsed());
+        if let Some(g) = &mut g {
+            let t = Instant::now();
+            g(i).await?;
+            gs.push(t.elapsed());
+        }
+        i += 1;
+    }
+    let raw = g.map(|_| Stats::from(gs));
+    Ok((Stats::from(fs), raw))
+}
+
 fn m(
     group: &str,
     workload: impl Into<String>,
@@ -298,25 +335,27 @@ pub async fn kv(
     let mut out = Vec::new();
     let tag = rocklake_core::tags::TABLE_COLUMN_STATS.0;
     let keys_1k = fill(backend.as_ref(), tag, 1000).await?;
-    let s = sample(budget, |i| {
-        let k = keys_1k[(i * 7919) % keys_1k.len()].clone();
-        let b = backend.clone();
-        async move {
-            std::hint::black_box(b.get(&k).await?);
-            Ok(())
-        }
-    })
+    let (s, rs) = sample_pair(
+        budget,
+        |i| {
+            let k = keys_1k[(i * 7919) % keys_1k.len()].clone();
+            let b = backend.clone();
+            async move {
+                std::hint::black_box(b.get(&k).await?);
+                Ok(())
+            }
+        },
+        raw.map(|r| {
+            |i: usize| {
+                let k = keys_1k[(i * 7919) % keys_1k.len()].clone();
+                let r = r.clone();
+                async move { r.get(&k).await.map(|_| ()) }
+            }
+        }),
+    )
     .await?;
     let mut row = m("point", "get (1k rows, 100 B values)", subject, "n/a", &s);
-    if let Some(r) = raw {
-        let rs = sample(budget, |i| {
-            let k = keys_1k[(i * 7919) % keys_1k.len()].clone();
-            let r = r.clone();
-            async move { r.get(&k).await.map(|_| ()) }
-        })
-        .await?;
-        row.raw_median_ns = Some(rs.median());
-    }
+    row.raw_median_ns = rs.map(|rs| rs.median());
     out.push(row);
 
     let mut sizes = vec![1000usize];
@@ -336,24 +375,37 @@ pub async fn kv(
             samples: budget.samples.min(if rows > 1000 { 20 } else { 100 }),
             ..budget
         };
-        let s = sample(small, |_| {
-            let b = backend.clone();
-            async move {
-                let view = b.view().await?;
-                let mut p = Pager::new(
-                    view.as_ref(),
-                    KeyRange::prefix(&[ptag]),
-                    Order::Ascending,
-                    1024,
-                );
-                let mut n = 0;
-                while let Some(page) = p.next_page().await? {
-                    n += page.len();
+        let (s, rs) = sample_pair(
+            small,
+            |_| {
+                let b = backend.clone();
+                async move {
+                    let view = b.view().await?;
+                    let mut p = Pager::new(
+                        view.as_ref(),
+                        KeyRange::prefix(&[ptag]),
+                        Order::Ascending,
+                        1024,
+                    );
+                    let mut n = 0;
+                    while let Some(page) = p.next_page().await? {
+                        n += page.len();
+                    }
+                    assert_eq!(n, rows);
+                    Ok(())
                 }
-                assert_eq!(n, rows);
-                Ok(())
-            }
-        })
+            },
+            raw.map(|r| {
+                move |_: usize| {
+                    let r = r.clone();
+                    async move {
+                        let n = r.scan_prefix(&[ptag], usize::MAX, false).await?;
+                        assert_eq!(n, rows);
+                        Ok(())
+                    }
+                }
+            }),
+        )
         .await?;
         let mut row = m(
             "scan",
@@ -365,40 +417,31 @@ pub async fn kv(
             "n/a",
             &s,
         );
-        if let Some(r) = raw {
-            let rs = sample(small, |_| {
-                let r = r.clone();
-                async move {
-                    let n = r.scan_prefix(&[ptag], usize::MAX, false).await?;
-                    assert_eq!(n, rows);
-                    Ok(())
-                }
-            })
-            .await?;
-            row.raw_median_ns = Some(rs.median());
-        }
+        row.raw_median_ns = rs.map(|rs| rs.median());
         out.push(row);
     }
-    let s = sample(budget, |_| {
-        let b = backend.clone();
-        async move {
-            let r = b
-                .scan(&KeyRange::prefix(&[tag]), Order::Descending, 10)
-                .await?;
-            assert_eq!(r.len(), 10);
-            Ok(())
-        }
-    })
+    let (s, rs) = sample_pair(
+        budget,
+        |_| {
+            let b = backend.clone();
+            async move {
+                let r = b
+                    .scan(&KeyRange::prefix(&[tag]), Order::Descending, 10)
+                    .await?;
+                assert_eq!(r.len(), 10);
+                Ok(())
+            }
+        },
+        raw.map(|r| {
+            move |_: usize| {
+                let r = r.clone();
+                async move { r.scan_prefix(&[tag], 10, true).await.map(|_| ()) }
+            }
+        }),
+    )
     .await?;
     let mut row = m("scan", "reverse scan, limit 10", subject, "n/a", &s);
-    if let Some(r) = raw {
-        let rs = sample(budget, |_| {
-            let r = r.clone();
-            async move { r.scan_prefix(&[tag], 10, true).await.map(|_| ()) }
-        })
-        .await?;
-        row.raw_median_ns = Some(rs.median());
-    }
+    row.raw_median_ns = rs.map(|rs| rs.median());
     out.push(row);
 
     for durability in [Durability::Buffered, Durability::Durable] {
@@ -408,19 +451,41 @@ pub async fn kv(
                 ..budget
             };
             let btag = rocklake_core::tags::NAME_MAPPING.0;
-            let s = sample(b2, |i| {
-                let b = backend.clone();
-                async move {
-                    let mut w = WriteBatch::new();
-                    for j in 0..n {
-                        w.put(
-                            keys::row_key(rocklake_core::Tag(btag), &[i as u64, j as u64]),
-                            vec![0xCD; 100],
-                        );
+            let (s, rs) = sample_pair(
+                b2,
+                |i| {
+                    let b = backend.clone();
+                    async move {
+                        let mut w = WriteBatch::new();
+                        for j in 0..n {
+                            w.put(
+                                keys::row_key(rocklake_core::Tag(btag), &[i as u64, j as u64]),
+                                vec![0xCD; 100],
+                            );
+                        }
+                        b.write(w, durability).await
                     }
-                    b.write(w, durability).await
-                }
-            })
+                },
+                raw.map(|r| {
+                    move |i: usize| {
+                        let r = r.clone();
+                        async move {
+                            let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+                                .map(|j| {
+                                    (
+                                        keys::row_key(
+                                            rocklake_core::Tag(btag),
+                                            &[1 << 40 | i as u64, j as u64],
+                                        ),
+                                        vec![0xCD; 100],
+                                    )
+                                })
+                                .collect();
+                            r.write(pairs, durability == Durability::Durable).await
+                        }
+                    }
+                }),
+            )
             .await?;
             let mut row = m(
                 "batch",
@@ -429,27 +494,7 @@ pub async fn kv(
                 &durability.to_string(),
                 &s,
             );
-            if let Some(r) = raw {
-                let rs = sample(b2, |i| {
-                    let r = r.clone();
-                    async move {
-                        let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
-                            .map(|j| {
-                                (
-                                    keys::row_key(
-                                        rocklake_core::Tag(btag),
-                                        &[1 << 40 | i as u64, j as u64],
-                                    ),
-                                    vec![0xCD; 100],
-                                )
-                            })
-                            .collect();
-                        r.write(pairs, durability == Durability::Durable).await
-                    }
-                })
-                .await?;
-                row.raw_median_ns = Some(rs.median());
-            }
+            row.raw_median_ns = rs.map(|rs| rs.median());
             out.push(row);
         }
     }

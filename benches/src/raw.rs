@@ -2,6 +2,7 @@
 //! would make them: RocksDB and sled called synchronously on the calling thread, SlateDB through
 //! its async API. The report divides RockLake's time by these.
 
+#[cfg(feature = "slatedb")]
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -18,6 +19,7 @@ pub trait RawEngine: Send + Sync {
     async fn write(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>, durable: bool) -> Result<()>;
 }
 
+#[cfg(any(feature = "slatedb", feature = "rocksdb"))]
 fn upper(prefix: &[u8]) -> Option<Vec<u8>> {
     rocklake_core::backend::prefix_successor(prefix)
 }
