@@ -489,6 +489,19 @@ pub async fn read_views(t: &Target) -> CheckResult {
             "the view's reverse scan changed under writes"
         );
     }
+    for limit in [1000, 5000] {
+        let mut lent = Vec::new();
+        view.visit(&KeyRange::all(), Order::Ascending, limit, &mut |k, v| {
+            lent.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .await
+        .map_err(ctx("visit"))?;
+        ensure!(
+            lent == before,
+            "the view's visit (limit {limit}) changed under writes"
+        );
+    }
     ensure!(
         view.get(&[&[0x20u8][..], &120u32.to_be_bytes()].concat())
             .await
@@ -1396,6 +1409,31 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
                     return Err(format!(
                         "step {i}: scan {lo}..{hi} {order:?} limit {limit} differs from the model"
                     ));
+                }
+                // `visit` lends the same pairs, on the store and on a view, and stops when told.
+                let view = b.view().await.map_err(ctx("view"))?;
+                let stop = (*limit as usize).div_ceil(2);
+                for (on, target) in [
+                    ("store", b.as_ref() as &dyn ReadView),
+                    ("view", view.as_ref()),
+                ] {
+                    let mut lent = Vec::new();
+                    let n = target
+                        .visit(&range, order, *limit as usize, &mut |k, v| {
+                            lent.push((k.to_vec(), v.to_vec()));
+                            lent.len() < stop
+                        })
+                        .await
+                        .map_err(ctx("visit"))?;
+                    let expect = &want[..want.len().min(stop)];
+                    if lent != expect || n != lent.len() {
+                        return Err(format!(
+                            "step {i}: visit of the {on}, {lo}..{hi} {order:?} limit {limit} \
+                             stopping after {stop}, lent {} pairs (said {n}), the model has {}",
+                            lent.len(),
+                            expect.len()
+                        ));
+                    }
                 }
             }
             Op::Reopen if persistent => {

@@ -22,6 +22,9 @@ use crate::keys;
 /// One key/value pair returned by a scan.
 pub type KvPair = (Bytes, Bytes);
 
+/// What [`ReadView::visit`] lends each pair to: key, value; `false` stops the visit.
+pub type Visitor<'f> = dyn for<'k> FnMut(&'k [u8], &'k [u8]) -> bool + Send + 'f;
+
 /// Builds one page of scan results for engines whose iterators lend borrowed bytes: every key
 /// and value is copied into one buffer, and the returned pairs are [`Bytes`] slices of it. That is
 /// one allocation per page instead of two per pair (a pair kept alive keeps its page's buffer).
@@ -355,6 +358,28 @@ pub trait ReadView: Send + Sync {
 
     /// Read at most `limit` pairs of `range` in `order`.
     async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>>;
+
+    /// Lend at most `limit` pairs of `range`, in `order`, to `each`, until it returns `false`;
+    /// returns how many pairs it was given. The same pairs as [`ReadView::scan`], without the
+    /// copies where an engine can lend its own bytes (RocksDB's and sled's iterators do). The
+    /// default collects a page with `scan` and lends from it.
+    async fn visit(
+        &self,
+        range: &KeyRange,
+        order: Order,
+        limit: usize,
+        each: &mut Visitor<'_>,
+    ) -> Result<usize> {
+        let page = self.scan(range, order, limit).await?;
+        let mut n = 0;
+        for (k, v) in &page {
+            n += 1;
+            if !each(k, v) {
+                break;
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// An ordered key-value engine that RockLake can store a catalog in.

@@ -954,7 +954,7 @@ impl Reader {
     /// are skipped.
     pub async fn visible_rows<F>(&self, prefix: &[u8], mut each: F) -> Result<u64>
     where
-        F: FnMut(Key, Row),
+        F: FnMut(Key, Row) + Send,
     {
         let mut failed = None;
         let n = self
@@ -979,32 +979,52 @@ impl Reader {
 
     /// [`Reader::visible_rows`] without decoding: each visible row comes as a [`RowView`], whose
     /// cells are decoded only when asked for. Invisible versions are skipped after reading just
-    /// their interval. This is the fast way to read a few columns of many rows.
+    /// their interval, and engines that can lend their bytes ([`ReadView::visit`]) are read
+    /// without copying. This is the fast way to read a few columns of many rows.
     pub async fn scan_visible<F>(&self, prefix: &[u8], mut each: F) -> Result<u64>
     where
-        F: FnMut(RowView<'_>),
+        F: FnMut(RowView<'_>) + Send,
     {
-        let mut pager = Pager::new(
-            self.view.as_ref(),
-            KeyRange::prefix(prefix),
-            Order::Ascending,
-            1024,
-        );
+        const PAGE: usize = 1024;
+        let mut range = KeyRange::prefix(prefix);
+        let mut last: Vec<u8> = Vec::new();
         let mut n = 0;
-        while let Some(page) = pager.next_page().await? {
-            for (k, v) in &page {
+        let mut failed = None;
+        while !range.is_empty() {
+            let mut visit = |k: &[u8], v: &[u8]| {
+                last.clear();
+                last.extend_from_slice(k);
                 let Some(info) = k.first().and_then(|b| tags::lookup(*b)) else {
-                    continue;
+                    return true;
                 };
                 if info.value != ValueKind::Row {
-                    continue;
+                    return true;
                 }
-                let row = RowView::new(k, v)?;
-                if row.version().visible_at(self.snapshot) {
-                    each(row);
-                    n += 1;
+                match RowView::new(k, v) {
+                    Ok(row) => {
+                        if row.version().visible_at(self.snapshot) {
+                            each(row);
+                            n += 1;
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
                 }
+            };
+            let got = self
+                .view
+                .visit(&range, Order::Ascending, PAGE, &mut visit)
+                .await?;
+            if let Some(e) = failed {
+                return Err(e);
             }
+            if got < PAGE {
+                break;
+            }
+            range = range.after(&last);
         }
         Ok(n)
     }

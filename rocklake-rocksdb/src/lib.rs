@@ -64,7 +64,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use rocklake_core::backend::{
     check_preconditions, BatchOp, Capabilities, Durability, KeyRange, KvBackend, KvPair, Order,
-    PageBuilder, ReadView, WriteBatch,
+    PageBuilder, ReadView, Visitor, WriteBatch,
 };
 use rocklake_core::error::{Error, Result};
 use rocksdb::{DBCompressionType, Options, ReadOptions, SnapshotWithThreadMode, WriteOptions, DB};
@@ -123,13 +123,31 @@ impl Store {
     /// snapshot).
     fn scan(
         &self,
-        mut opts: ReadOptions,
+        opts: ReadOptions,
         range: &KeyRange,
         order: Order,
         limit: usize,
     ) -> Result<Vec<KvPair>> {
+        let mut out = PageBuilder::with_capacity(limit.min(1024));
+        self.visit(opts, range, order, limit, &mut |k, v| {
+            out.push(k, v);
+            true
+        })?;
+        Ok(out.finish())
+    }
+
+    /// Lend at most `limit` pairs of `range` in `order` to `each` straight from the iterator,
+    /// until it returns `false`; returns how many it lent.
+    fn visit(
+        &self,
+        mut opts: ReadOptions,
+        range: &KeyRange,
+        order: Order,
+        limit: usize,
+        each: &mut Visitor<'_>,
+    ) -> Result<usize> {
         if limit == 0 || range.is_empty() {
-            return Ok(Vec::new());
+            return Ok(0);
         }
         // RocksDB: lower bound inclusive, upper bound exclusive. `successor(k)` is the smallest
         // key greater than `k`, so `> k` is `>= successor(k)` and `<= k` is `< successor(k)`.
@@ -150,10 +168,10 @@ impl Store {
             // With an upper bound set, RocksDB positions on the last key below it.
             Order::Descending => it.seek_to_last(),
         }
-        let mut out = PageBuilder::with_capacity(limit.min(1024));
+        let mut n = 0;
         while let Some((k, v)) = it.item() {
-            out.push(k, v);
-            if out.len() >= limit {
+            n += 1;
+            if !each(k, v) || n >= limit {
                 break;
             }
             match order {
@@ -163,7 +181,7 @@ impl Store {
         }
         it.status()
             .map_err(|e| error::map(e, "scanning a key range", None))?;
-        Ok(out.finish())
+        Ok(n)
     }
 
     fn apply(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
@@ -293,6 +311,34 @@ impl ReadView for RocksBackend {
         let range = range.clone();
         blocking(move || store.scan(ReadOptions::default(), &range, order, limit)).await
     }
+
+    async fn visit(
+        &self,
+        range: &KeyRange,
+        order: Order,
+        limit: usize,
+        each: &mut Visitor<'_>,
+    ) -> Result<usize> {
+        if limit > INLINE_LIMIT {
+            // Long: collected on the blocking pool, then lent from the page.
+            let page = self.scan(range, order, limit).await?;
+            return Ok(lend(&page, each));
+        }
+        self.open_store()?
+            .visit(ReadOptions::default(), range, order, limit, each)
+    }
+}
+
+/// Lend the pairs of a collected page to `each` until it returns `false`.
+fn lend(page: &[KvPair], each: &mut Visitor<'_>) -> usize {
+    let mut n = 0;
+    for (k, v) in page {
+        n += 1;
+        if !each(k, v) {
+            break;
+        }
+    }
+    n
 }
 
 #[async_trait]
@@ -415,5 +461,21 @@ impl ReadView for RocksView {
                 .scan(pinned.read_options(), &range, order, limit)
         })
         .await
+    }
+
+    async fn visit(
+        &self,
+        range: &KeyRange,
+        order: Order,
+        limit: usize,
+        each: &mut Visitor<'_>,
+    ) -> Result<usize> {
+        if limit > INLINE_LIMIT {
+            let page = self.scan(range, order, limit).await?;
+            return Ok(lend(&page, each));
+        }
+        self.0
+            .store
+            .visit(self.0.read_options(), range, order, limit, each)
     }
 }

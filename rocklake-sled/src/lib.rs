@@ -77,7 +77,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use fs2::FileExt;
-use rocklake_core::backend::{check_preconditions, BatchOp, KvPair, PageBuilder};
+use rocklake_core::backend::{check_preconditions, BatchOp, KvPair, PageBuilder, Visitor};
 use rocklake_core::{
     Capabilities, Durability, Error, KeyRange, KvBackend, Order, ReadView, Result, WriteBatch,
 };
@@ -418,6 +418,41 @@ impl ReadView for SledBackend {
         }
         let range = range.clone();
         blocking(move || scan(&range)).await
+    }
+
+    async fn visit(
+        &self,
+        range: &KeyRange,
+        order: Order,
+        limit: usize,
+        each: &mut Visitor<'_>,
+    ) -> Result<usize> {
+        let db = self.inner.db()?;
+        if range.is_empty() || limit == 0 {
+            return Ok(0);
+        }
+        if limit > INLINE_LIMIT {
+            // Long: collected on the blocking pool, then lent from the page.
+            let page = self.scan(range, order, limit).await?;
+            let mut n = 0;
+            for (k, v) in &page {
+                n += 1;
+                if !each(k, v) {
+                    break;
+                }
+            }
+            return Ok(n);
+        }
+        // sled's iterator hands out reference-counted buffers: lent without a copy.
+        let mut n = 0;
+        for item in tree_iter(&db, range, order).take(limit) {
+            let (k, v) = item.map_err(|e| error::map(e, "scanning a range", None))?;
+            n += 1;
+            if !each(&k, &v) {
+                break;
+            }
+        }
+        Ok(n)
     }
 }
 
