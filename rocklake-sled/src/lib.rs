@@ -133,6 +133,9 @@ struct Writer {
 #[derive(Default)]
 struct ViewState {
     overlay: Mutex<Overlay>,
+    /// Set (before the tree changes) by the first write recorded in the overlay: until then
+    /// the live tree is exactly the view, and `visit` lends from it without copying.
+    dirty: AtomicBool,
 }
 
 /// A point-in-time read view of a [`SledBackend`]: the live tree patched by an undo overlay.
@@ -145,6 +148,18 @@ struct SledView {
 /// (see [`Inner::write_blocking`]).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Lend the pairs of a collected page to `each` until it returns `false`.
+fn lend(page: &[KvPair], each: &mut Visitor<'_>) -> usize {
+    let mut n = 0;
+    for (k, v) in page {
+        n += 1;
+        if !each(k, v) {
+            break;
+        }
+    }
+    n
 }
 
 /// The most pairs a scan, or writes a buffered batch, may have to run on the calling task
@@ -224,6 +239,19 @@ impl SledBackend {
 
 impl Inner {
     /// The database, or why there is none to use.
+    /// Run `f` on the open database without taking a handle of our own (a `Db` clone costs
+    /// more than a cached read). `f` must not call back into `db`/`with_db`.
+    fn with_db<T>(&self, f: impl FnOnce(&sled::Db) -> Result<T>) -> Result<T> {
+        if self.failed.load(AtomicOrdering::Acquire) {
+            return Err(error::failed_earlier());
+        }
+        if self.closed.load(AtomicOrdering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let guard = self.db.read().unwrap_or_else(|e| e.into_inner());
+        f(guard.as_ref().ok_or(Error::Closed)?)
+    }
+
     fn db(&self) -> Result<sled::Db> {
         if self.failed.load(AtomicOrdering::Acquire) {
             return Err(error::failed_earlier());
@@ -269,6 +297,7 @@ impl Inner {
                         })?);
                     }
                     overlay.insert(key.clone(), old.clone().flatten());
+                    view.dirty.store(true, AtomicOrdering::SeqCst);
                 }
             }
         }
@@ -393,11 +422,11 @@ fn release(path: &Path, db: sled::Db) {
 impl ReadView for SledBackend {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         // Inline: see the crate docs, "Blocking".
-        self.inner
-            .db()?
-            .get(key)
-            .map(|v| v.map(to_bytes))
-            .map_err(|e| error::map(e, "reading a key", Some(key)))
+        self.inner.with_db(|db| {
+            db.get(key)
+                .map(|v| v.map(to_bytes))
+                .map_err(|e| error::map(e, "reading a key", Some(key)))
+        })
     }
 
     async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>> {
@@ -434,14 +463,7 @@ impl ReadView for SledBackend {
         if limit > INLINE_LIMIT {
             // Long: collected on the blocking pool, then lent from the page.
             let page = self.scan(range, order, limit).await?;
-            let mut n = 0;
-            for (k, v) in &page {
-                n += 1;
-                if !each(k, v) {
-                    break;
-                }
-            }
-            return Ok(n);
+            return Ok(lend(&page, each));
         }
         // sled's iterator hands out reference-counted buffers: lent without a copy.
         let mut n = 0;
@@ -569,11 +591,11 @@ fn stretch<'a>(
 
 impl SledView {
     fn get_blocking(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        let db = self.inner.db()?;
         // The tree first, the overlay second: see the crate docs.
-        let now = db
-            .get(key)
-            .map_err(|e| error::map(e, "reading a key through a view", Some(key)))?;
+        let now = self.inner.with_db(|db| {
+            db.get(key)
+                .map_err(|e| error::map(e, "reading a key through a view", Some(key)))
+        })?;
         if let Some(then) = lock(&self.state.overlay).get(key) {
             return Ok(then.clone());
         }
@@ -668,7 +690,6 @@ fn merge<'a>(
 #[async_trait]
 impl ReadView for SledView {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.db()?;
         self.get_blocking(key)
     }
 
@@ -683,6 +704,55 @@ impl ReadView for SledView {
         let view = self.handle();
         let range = range.clone();
         blocking(move || view.scan_blocking(&range, order, limit)).await
+    }
+
+    async fn visit(
+        &self,
+        range: &KeyRange,
+        order: Order,
+        limit: usize,
+        each: &mut Visitor<'_>,
+    ) -> Result<usize> {
+        if range.is_empty() || limit == 0 {
+            return Ok(0);
+        }
+        if limit > INLINE_LIMIT {
+            let page = self.scan(range, order, limit).await?;
+            return Ok(lend(&page, each));
+        }
+        // While no write has touched this view's overlay, the live tree is the view: lend
+        // straight from sled's iterator. Each pair is lent only if the overlay was still clean
+        // after it was read (writers mark it before they change the tree); at the first dirty
+        // mark the rest goes through the merging scan.
+        let mut n = 0;
+        let mut last: Option<sled::IVec> = None;
+        // A handle of our own: no lock is held while `each` runs.
+        let db = self.inner.db()?;
+        let mut finished = true;
+        for item in tree_iter(&db, range, order).take(limit) {
+            let (k, v) = item.map_err(|e| error::map(e, "scanning a range of a view", None))?;
+            if self.state.dirty.load(AtomicOrdering::SeqCst) {
+                finished = false;
+                break;
+            }
+            n += 1;
+            if !each(&k, &v) {
+                break;
+            }
+            last = Some(k);
+        }
+        if finished {
+            return Ok(n);
+        }
+        let rest = match &last {
+            None => range.clone(),
+            Some(k) => match order {
+                Order::Ascending => range.after(k),
+                Order::Descending => range.before(k),
+            },
+        };
+        let page = self.scan_blocking(&rest, order, limit - n)?;
+        Ok(n + lend(&page, each))
     }
 }
 
