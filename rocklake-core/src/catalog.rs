@@ -402,7 +402,8 @@ impl Catalog {
         self.inner
             .spaces
             .iter()
-            .find(|s| std::ptr::eq(s.space, space) || s.space.name == space.name)
+            // One byte per space (its table's tag), unique among the spaces: no string compare.
+            .find(|s| s.space.code() == space.code())
             .ok_or_else(|| Error::NotFound(format!("id space {:?} is not known", space.name)))
     }
 
