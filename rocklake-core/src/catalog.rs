@@ -898,16 +898,54 @@ pub async fn current_snapshot_in(view: &dyn ReadView) -> Result<u64> {
 /// Catalog summary straight from a backend (works on stores that were never opened as a
 /// catalog too).
 pub async fn info_of(view: &dyn ReadView, engine: &'static str) -> Result<CatalogInfo> {
-    let mut counts = BTreeMap::new();
-    let mut pager = Pager::new(view, KeyRange::all(), Order::Ascending, 4096);
-    while let Some(page) = pager.next_page().await? {
-        for (k, _) in page {
-            let name = match k.first().and_then(|b| tags::lookup(*b)) {
-                Some(info) => info.name.to_string(),
-                None => format!("unknown_{:#04x}", k.first().copied().unwrap_or(0)),
-            };
-            *counts.entry(name).or_insert(0) += 1;
+    info_with_progress(view, engine, |_| {}).await
+}
+
+/// How often [`info_with_progress`] reports: every this many keys.
+pub const INFO_PROGRESS_EVERY: u64 = 100_000;
+
+/// [`info_of`], calling `progress` with the number of keys counted so far every
+/// [`INFO_PROGRESS_EVERY`] keys (a large catalog takes a while to walk).
+pub async fn info_with_progress(
+    view: &dyn ReadView,
+    engine: &'static str,
+    mut progress: impl FnMut(u64) + Send,
+) -> Result<CatalogInfo> {
+    // Counted per tag byte while walking (no allocation per key), named at the end.
+    let mut per_byte = [0u64; 256];
+    let mut walked = 0u64;
+    let mut range = KeyRange::all();
+    let mut last = Vec::new();
+    loop {
+        let got = view
+            .visit(&range, Order::Ascending, 1024, &mut |k, _| {
+                if let Some(b) = k.first() {
+                    per_byte[*b as usize] += 1;
+                }
+                walked += 1;
+                if walked.is_multiple_of(INFO_PROGRESS_EVERY) {
+                    progress(walked);
+                }
+                last.clear();
+                last.extend_from_slice(k);
+                true
+            })
+            .await?;
+        if got < 1024 {
+            break;
         }
+        range = range.after(&last);
+    }
+    let mut counts = BTreeMap::new();
+    for (b, n) in per_byte.iter().enumerate() {
+        if *n == 0 {
+            continue;
+        }
+        let name = match tags::lookup(b as u8) {
+            Some(info) => info.name.to_string(),
+            None => format!("unknown_{b:#04x}"),
+        };
+        counts.insert(name, *n);
     }
     Ok(CatalogInfo {
         engine,

@@ -223,7 +223,11 @@ async fn run(command: Command, json: bool) -> CliResult {
         }
         Command::Info { url } => {
             let backend = rocklake::open(&url).await?;
-            let info = rocklake::catalog::info_of(backend.as_ref(), backend.engine()).await?;
+            let info =
+                rocklake::catalog::info_with_progress(backend.as_ref(), backend.engine(), |n| {
+                    eprintln!("info: {n} keys counted")
+                })
+                .await?;
             backend.close().await?;
             print(
                 json,
