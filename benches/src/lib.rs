@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocklake_core::backend::{KeyRange, KvBackend, Order, Pager, ReadView, WriteBatch};
+use rocklake_core::backend::{visit_all, KeyRange, KvBackend, Order, Pager, WriteBatch};
 use rocklake_core::keys::{self, ColumnKey, DataFileKey, Key, RowKey, TableKey};
 use rocklake_core::keystone;
 use rocklake_core::values::{Row, Value};
@@ -395,16 +395,7 @@ pub async fn kv(
                     Ok(())
                 }
             },
-            raw.map(|r| {
-                move |_: usize| {
-                    let r = r.clone();
-                    async move {
-                        let n = r.scan_prefix(&[ptag], usize::MAX, false).await?;
-                        assert_eq!(n, rows);
-                        Ok(())
-                    }
-                }
-            }),
+            raw_prefix_scan(raw, ptag, rows),
         )
         .await?;
         let mut row = m(
@@ -428,21 +419,21 @@ pub async fn kv(
                 let b = backend.clone();
                 async move {
                     let view = b.view().await?;
-                    let n = visit_all(view.as_ref(), KeyRange::prefix(&[ptag])).await?;
-                    assert_eq!(n, rows);
+                    let n = visit_all(
+                        view.as_ref(),
+                        KeyRange::prefix(&[ptag]),
+                        1024,
+                        &mut |k, v| {
+                            std::hint::black_box((k, v));
+                            true
+                        },
+                    )
+                    .await?;
+                    assert_eq!(n, rows as u64);
                     Ok(())
                 }
             },
-            raw.map(|r| {
-                move |_: usize| {
-                    let r = r.clone();
-                    async move {
-                        let n = r.scan_prefix(&[ptag], usize::MAX, false).await?;
-                        assert_eq!(n, rows);
-                        Ok(())
-                    }
-                }
-            }),
+            raw_prefix_scan(raw, ptag, rows),
         )
         .await?;
         let mut row = m(
@@ -539,25 +530,23 @@ pub async fn kv(
     Ok(out)
 }
 
-/// Visit every pair of `range` in pages of 1024, touching each key and value; returns the count.
-async fn visit_all(view: &dyn ReadView, mut range: KeyRange) -> Result<usize> {
-    let mut total = 0;
-    let mut last = Vec::new();
-    loop {
-        let got = view
-            .visit(&range, Order::Ascending, 1024, &mut |k, v| {
-                std::hint::black_box((k, v));
-                last.clear();
-                last.extend_from_slice(k);
-                true
-            })
-            .await?;
-        total += got;
-        if got < 1024 {
-            return Ok(total);
+/// The raw engine's full scan of one prefix, checked to see `rows` pairs: what both the `scan`
+/// and the `visit` rows are compared with.
+fn raw_prefix_scan(
+    raw: Option<&Arc<dyn RawEngine>>,
+    prefix: u8,
+    rows: usize,
+) -> Option<impl FnMut(usize) -> futures::future::BoxFuture<'static, Result<()>>> {
+    raw.cloned().map(|r| {
+        move |_: usize| {
+            let r = r.clone();
+            Box::pin(async move {
+                let n = r.scan_prefix(&[prefix], usize::MAX, false).await?;
+                assert_eq!(n, rows);
+                Ok(())
+            }) as futures::future::BoxFuture<'static, Result<()>>
         }
-        range = range.after(&last);
-    }
+    })
 }
 
 /// Keystone: issued ids on 1 and 2 threads, named inserts, describe of every space.

@@ -371,14 +371,49 @@ pub trait ReadView: Send + Sync {
         each: &mut Visitor<'_>,
     ) -> Result<usize> {
         let page = self.scan(range, order, limit).await?;
-        let mut n = 0;
-        for (k, v) in &page {
-            n += 1;
-            if !each(k, v) {
-                break;
-            }
+        Ok(lend(&page, each))
+    }
+}
+
+/// Lend the pairs of a collected page to `each` until it returns `false`; returns how many it
+/// was given. What [`ReadView::visit`] does with a page it had to collect.
+pub fn lend(page: &[KvPair], each: &mut Visitor<'_>) -> usize {
+    let mut n = 0;
+    for (k, v) in page {
+        n += 1;
+        if !each(k, v) {
+            break;
         }
-        Ok(n)
+    }
+    n
+}
+
+/// Lend every pair of `range`, in ascending order, to `each` until it returns `false`, through
+/// [`ReadView::visit`] calls of `page` pairs each; returns how many pairs it was given.
+pub async fn visit_all(
+    view: &dyn ReadView,
+    mut range: KeyRange,
+    page: usize,
+    each: &mut Visitor<'_>,
+) -> Result<u64> {
+    let page = page.max(1);
+    let mut total = 0u64;
+    let mut last = Vec::new();
+    loop {
+        let mut stopped = false;
+        let got = view
+            .visit(&range, Order::Ascending, page, &mut |k, v| {
+                last.clear();
+                last.extend_from_slice(k);
+                stopped = !each(k, v);
+                !stopped
+            })
+            .await?;
+        total += got as u64;
+        if stopped || got < page {
+            return Ok(total);
+        }
+        range = range.after(&last);
     }
 }
 
@@ -537,5 +572,49 @@ mod tests {
         assert_eq!(r.end, Bound::Unbounded);
         assert_eq!(prefix_successor(&[0x01, 0xFF]), Some(vec![0x02]));
         assert_eq!(prefix_successor(&[0xFF, 0xFF]), None);
+    }
+
+    /// `visit_all` pages through a range in order, across page boundaries, and stops for good
+    /// when told (not just for the current page).
+    #[tokio::test]
+    async fn visit_all_pages_in_order_and_stops_when_told() {
+        let store = crate::memory::MemoryBackend::new();
+        let mut w = WriteBatch::new();
+        for i in 0..3000u32 {
+            w.put(
+                [&[0x20u8][..], &i.to_be_bytes()].concat(),
+                i.to_be_bytes().to_vec(),
+            );
+        }
+        w.put(vec![0x21, 0], b"next table".to_vec());
+        store.write(w, Durability::Buffered).await.unwrap();
+
+        let mut seen = Vec::new();
+        let n = visit_all(&store, KeyRange::prefix(&[0x20]), 128, &mut |k, v| {
+            assert_eq!(&k[1..], v);
+            seen.push(u32::from_be_bytes(v.try_into().unwrap()));
+            true
+        })
+        .await
+        .unwrap();
+        assert_eq!(n, 3000);
+        assert_eq!(seen, (0..3000).collect::<Vec<_>>());
+
+        // Told to stop mid-page, and on the last pair of a full page (where a short page no
+        // longer signals the end).
+        for stop in [250, 256] {
+            let mut lent = 0;
+            let n = visit_all(&store, KeyRange::all(), 128, &mut |_, _| {
+                lent += 1;
+                lent < stop
+            })
+            .await
+            .unwrap();
+            assert_eq!(
+                (n, lent),
+                (stop as u64, stop),
+                "told to stop at pair {stop}"
+            );
+        }
     }
 }

@@ -17,7 +17,9 @@ use futures::future::BoxFuture;
 use prost::Message;
 use tokio::sync::Notify;
 
-use crate::backend::{Durability, KeyRange, KvBackend, Order, Pager, ReadView, WriteBatch};
+use crate::backend::{
+    visit_all, Durability, KeyRange, KvBackend, Order, Pager, ReadView, WriteBatch,
+};
 use crate::error::{Error, Result};
 use crate::keys::{self, AuditKey, Key};
 use crate::keystone::{
@@ -914,28 +916,17 @@ pub async fn info_with_progress(
     // Counted per tag byte while walking (no allocation per key), named at the end.
     let mut per_byte = [0u64; 256];
     let mut walked = 0u64;
-    let mut range = KeyRange::all();
-    let mut last = Vec::new();
-    loop {
-        let got = view
-            .visit(&range, Order::Ascending, 1024, &mut |k, _| {
-                if let Some(b) = k.first() {
-                    per_byte[*b as usize] += 1;
-                }
-                walked += 1;
-                if walked.is_multiple_of(INFO_PROGRESS_EVERY) {
-                    progress(walked);
-                }
-                last.clear();
-                last.extend_from_slice(k);
-                true
-            })
-            .await?;
-        if got < 1024 {
-            break;
+    visit_all(view, KeyRange::all(), 1024, &mut |k, _| {
+        if let Some(b) = k.first() {
+            per_byte[*b as usize] += 1;
         }
-        range = range.after(&last);
-    }
+        walked += 1;
+        if walked.is_multiple_of(INFO_PROGRESS_EVERY) {
+            progress(walked);
+        }
+        true
+    })
+    .await?;
     let mut counts = BTreeMap::new();
     for (b, n) in per_byte.iter().enumerate() {
         if *n == 0 {
@@ -1024,15 +1015,13 @@ impl Reader {
     where
         F: FnMut(RowView<'_>) + Send,
     {
-        const PAGE: usize = 1024;
-        let mut range = KeyRange::prefix(prefix);
-        let mut last: Vec<u8> = Vec::new();
         let mut n = 0;
         let mut failed = None;
-        while !range.is_empty() {
-            let mut visit = |k: &[u8], v: &[u8]| {
-                last.clear();
-                last.extend_from_slice(k);
+        visit_all(
+            self.view.as_ref(),
+            KeyRange::prefix(prefix),
+            1024,
+            &mut |k, v| {
                 let Some(info) = k.first().and_then(|b| tags::lookup(*b)) else {
                     return true;
                 };
@@ -1052,18 +1041,11 @@ impl Reader {
                         false
                     }
                 }
-            };
-            let got = self
-                .view
-                .visit(&range, Order::Ascending, PAGE, &mut visit)
-                .await?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            if got < PAGE {
-                break;
-            }
-            range = range.after(&last);
+            },
+        )
+        .await?;
+        if let Some(e) = failed {
+            return Err(e);
         }
         Ok(n)
     }

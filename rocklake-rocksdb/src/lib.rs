@@ -63,8 +63,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use async_trait::async_trait;
 use bytes::Bytes;
 use rocklake_core::backend::{
-    check_preconditions, BatchOp, Capabilities, Durability, KeyRange, KvBackend, KvPair, Order,
-    PageBuilder, ReadView, Visitor, WriteBatch,
+    check_preconditions, lend, BatchOp, Capabilities, Durability, KeyRange, KvBackend, KvPair,
+    Order, PageBuilder, ReadView, Visitor, WriteBatch,
 };
 use rocklake_core::error::{Error, Result};
 use rocksdb::{DBCompressionType, Options, ReadOptions, SnapshotWithThreadMode, WriteOptions, DB};
@@ -327,18 +327,6 @@ impl ReadView for RocksBackend {
         self.open_store()?
             .visit(ReadOptions::default(), range, order, limit, each)
     }
-}
-
-/// Lend the pairs of a collected page to `each` until it returns `false`.
-fn lend(page: &[KvPair], each: &mut Visitor<'_>) -> usize {
-    let mut n = 0;
-    for (k, v) in page {
-        n += 1;
-        if !each(k, v) {
-            break;
-        }
-    }
-    n
 }
 
 #[async_trait]

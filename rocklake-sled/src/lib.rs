@@ -11,8 +11,8 @@
 //! [`sled::Tree::flush`] (on the `Db`) (write and fsync) is the durability barrier. A
 //! [`Durability::Durable`] write therefore applies its batch and then waits for a flush that
 //! began after the apply; concurrent durable writers share one flush (group commit); see the
-//! README's benchmark table for what that costs. A [`Durability::Buffered`] write returns after the apply and
-//! becomes durable with the next flush, durable write or [`KvBackend::close`].
+//! README's benchmark table for what that costs. A [`Durability::Buffered`] write returns after
+//! the apply and becomes durable with the next flush, durable write or [`KvBackend::close`].
 //!
 //! sled treats I/O errors as fatal, and a failed flush cannot take back a batch that other
 //! readers may already have seen. So when a flush fails, the write that asked for it returns the
@@ -77,7 +77,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use fs2::FileExt;
-use rocklake_core::backend::{check_preconditions, BatchOp, KvPair, PageBuilder, Visitor};
+use rocklake_core::backend::{check_preconditions, lend, BatchOp, KvPair, PageBuilder, Visitor};
 use rocklake_core::{
     Capabilities, Durability, Error, KeyRange, KvBackend, Order, ReadView, Result, WriteBatch,
 };
@@ -150,16 +150,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Lend the pairs of a collected page to `each` until it returns `false`.
-fn lend(page: &[KvPair], each: &mut Visitor<'_>) -> usize {
+/// Lend the pairs of `range` in `order` straight from sled's iterator (its buffers are
+/// reference counted: no copy) to `each`, at most `limit`, until `each` returns `false` or
+/// `interrupted()` is true after a pair was read (that pair is then not lent). Returns how many
+/// were lent, the last key lent, and whether the walk ended without an interruption.
+fn lend_tree(
+    db: &sled::Db,
+    range: &KeyRange,
+    order: Order,
+    limit: usize,
+    each: &mut Visitor<'_>,
+    interrupted: impl Fn() -> bool,
+) -> Result<(usize, Option<sled::IVec>, bool)> {
     let mut n = 0;
-    for (k, v) in page {
+    let mut last = None;
+    for item in tree_iter(db, range, order).take(limit) {
+        let (k, v) = item.map_err(|e| error::map(e, "scanning a range", None))?;
+        if interrupted() {
+            return Ok((n, last, false));
+        }
         n += 1;
-        if !each(k, v) {
+        if !each(&k, &v) {
             break;
         }
+        last = Some(k);
     }
-    n
+    Ok((n, last, true))
 }
 
 /// The most pairs a scan, or writes a buffered batch, may have to run on the calling task
@@ -465,16 +481,7 @@ impl ReadView for SledBackend {
             let page = self.scan(range, order, limit).await?;
             return Ok(lend(&page, each));
         }
-        // sled's iterator hands out reference-counted buffers: lent without a copy.
-        let mut n = 0;
-        for item in tree_iter(&db, range, order).take(limit) {
-            let (k, v) = item.map_err(|e| error::map(e, "scanning a range", None))?;
-            n += 1;
-            if !each(&k, &v) {
-                break;
-            }
-        }
-        Ok(n)
+        Ok(lend_tree(&db, range, order, limit, each, || false)?.0)
     }
 }
 
@@ -724,23 +731,11 @@ impl ReadView for SledView {
         // straight from sled's iterator. Each pair is lent only if the overlay was still clean
         // after it was read (writers mark it before they change the tree); at the first dirty
         // mark the rest goes through the merging scan.
-        let mut n = 0;
-        let mut last: Option<sled::IVec> = None;
         // A handle of our own: no lock is held while `each` runs.
         let db = self.inner.db()?;
-        let mut finished = true;
-        for item in tree_iter(&db, range, order).take(limit) {
-            let (k, v) = item.map_err(|e| error::map(e, "scanning a range of a view", None))?;
-            if self.state.dirty.load(AtomicOrdering::SeqCst) {
-                finished = false;
-                break;
-            }
-            n += 1;
-            if !each(&k, &v) {
-                break;
-            }
-            last = Some(k);
-        }
+        let (n, last, finished) = lend_tree(&db, range, order, limit, each, || {
+            self.state.dirty.load(AtomicOrdering::SeqCst)
+        })?;
         if finished {
             return Ok(n);
         }
