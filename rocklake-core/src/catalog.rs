@@ -38,10 +38,9 @@ use crate::values::{self, AuditEntry, Binding, Row, RowView};
 /// waiter to waiter, one task switch each, before the next flush could start.)
 #[derive(Debug, Default)]
 pub(crate) struct GroupCommit {
-    /// Commits between "about to apply" and "applied": a leader lets them apply first.
-    queued: std::sync::atomic::AtomicUsize,
-    /// Transactions begun and not yet applied or dropped: a leader gives them a few turns.
-    pub(crate) building: std::sync::atomic::AtomicUsize,
+    /// Transactions begun and not yet applied or dropped (including those queued on the commit
+    /// lock): a leader gives them a few turns before it flushes.
+    building: std::sync::atomic::AtomicUsize,
     applied: std::sync::atomic::AtomicU64,
     /// Every batch numbered up to this is durable.
     durable: std::sync::atomic::AtomicU64,
@@ -51,17 +50,9 @@ pub(crate) struct GroupCommit {
     done: Notify,
 }
 
-/// How many times a flush leader yields to queued commits before flushing without them.
+/// How many times a flush leader yields to transactions still being built or queued before it
+/// flushes without them.
 const MAX_LEADER_YIELDS: usize = 16;
-
-/// A commit counted as queued until dropped (applied, refused or cancelled).
-pub(crate) struct Queued<'a>(&'a GroupCommit);
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        self.0.queued.fetch_sub(1, AtomicOrdering::AcqRel);
-    }
-}
 
 /// Leadership of a [`GroupCommit`]: released, and the waiters woken, when dropped (also when a
 /// leader's future is dropped mid-flush).
@@ -75,10 +66,14 @@ impl Drop for Leading<'_> {
 }
 
 impl GroupCommit {
-    /// A commit is about to take the commit lock and apply; see [`Queued`].
-    pub(crate) fn queue(&self) -> Queued<'_> {
-        self.queued.fetch_add(1, AtomicOrdering::AcqRel);
-        Queued(self)
+    /// A transaction began: count it as building.
+    pub(crate) fn building(&self) {
+        self.building.fetch_add(1, AtomicOrdering::AcqRel);
+    }
+
+    /// A transaction counted by [`GroupCommit::building`] applied or was dropped.
+    pub(crate) fn built(&self) {
+        self.building.fetch_sub(1, AtomicOrdering::AcqRel);
     }
 
     /// Number the batch just applied (call under the commit lock).
@@ -108,13 +103,11 @@ impl GroupCommit {
                 continue;
             }
             let _leading = Leading(self);
-            // Commits already queued on the commit lock apply in microseconds; letting them go
-            // first puts them in this flush instead of the next one. A lone committer does not
-            // wait at all.
+            // Transactions being built or queued on the commit lock apply in microseconds;
+            // letting them go first puts them in this flush instead of the next one. A lone
+            // committer does not wait at all.
             for _ in 0..MAX_LEADER_YIELDS {
-                if self.queued.load(AtomicOrdering::Acquire) == 0
-                    && self.building.load(AtomicOrdering::Acquire) == 0
-                {
+                if self.building.load(AtomicOrdering::Acquire) == 0 {
                     break;
                 }
                 tokio::task::yield_now().await;

@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -138,10 +137,7 @@ pub(crate) fn already_exists(space: &IdSpace, id: u64, b: &Binding) -> Error {
 
 impl Transaction {
     pub(crate) fn new(cat: Catalog, view: Arc<dyn ReadView>, read_snapshot: u64) -> Transaction {
-        cat.inner
-            .group
-            .building
-            .fetch_add(1, AtomicOrdering::AcqRel);
+        cat.inner.group.building();
         Transaction {
             cat,
             view: Some(view),
@@ -551,7 +547,6 @@ impl Transaction {
         for (k, v) in std::mem::take(&mut self.conds) {
             batch.expect(k, v);
         }
-        let queued = cat.inner.group.queue();
         let guard = cat.inner.commit_lock.lock().await;
         // Issued keys need the "still unbound" precondition only when a session of this writer
         // has named a key at or above them since they were drawn; decided under the commit lock,
@@ -587,7 +582,6 @@ impl Transaction {
                 let seq = cat.inner.group.applied();
                 self.done_building();
                 drop(guard);
-                drop(queued);
                 if durable {
                     cat.inner.group.wait_durable(seq, &cat).await?;
                 }
@@ -617,11 +611,7 @@ impl Transaction {
 
     fn done_building(&mut self) {
         if std::mem::take(&mut self.building) {
-            self.cat
-                .inner
-                .group
-                .building
-                .fetch_sub(1, AtomicOrdering::AcqRel);
+            self.cat.inner.group.built();
         }
     }
 
