@@ -171,18 +171,24 @@ async fn two_writers_naming_one_key_exactly_one_lands() {
     assert_eq!(row.cells[3], Value::Text("a".into()));
 }
 
+/// An open transaction that has placed one issued `table` row named `name`, and its key.
+async fn placed_issued(cat: &Catalog, name: &str) -> (rocklake_core::Transaction, u64) {
+    let mut t = cat.begin().await.unwrap();
+    let id = t
+        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells(name))
+        .await
+        .unwrap()
+        .id;
+    (t, id)
+}
+
 /// An issued key is placed without asking the store (no session had named a key that high),
 /// then another session names the same key and commits first: the issued insert must still be
 /// refused at commit, never overwrite the named row.
 #[tokio::test]
 async fn an_issued_key_named_and_committed_by_another_session_is_refused_at_commit() {
     let cat = Catalog::open(mem()).await.unwrap();
-    let mut issuer = cat.begin().await.unwrap();
-    let drawn = issuer
-        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("issued"))
-        .await
-        .unwrap()
-        .id;
+    let (issuer, drawn) = placed_issued(&cat, "issued").await;
     assert_eq!(name(&cat, drawn).await.unwrap(), drawn);
     let err = issuer.commit().await.unwrap_err();
     assert_eq!(err.kind(), "AlreadyExists", "{err}");
@@ -194,12 +200,7 @@ async fn an_issued_key_named_and_committed_by_another_session_is_refused_at_comm
         "the named row stays"
     );
     // And the other order: the issued insert commits first, the named one is refused.
-    let mut issuer = cat.begin().await.unwrap();
-    let drawn = issuer
-        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("issued"))
-        .await
-        .unwrap()
-        .id;
+    let (issuer, drawn) = placed_issued(&cat, "issued").await;
     let mut namer = cat.begin().await.unwrap();
     namer
         .insert(
@@ -213,12 +214,7 @@ async fn an_issued_key_named_and_committed_by_another_session_is_refused_at_comm
     let err = namer.commit().await.unwrap_err();
     assert_eq!(err.kind(), "AlreadyExists", "{err}");
     // Deleting an issued row placed by the same transaction frees it: nothing of it lands.
-    let mut t = cat.begin().await.unwrap();
-    let id = t
-        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("gone"))
-        .await
-        .unwrap()
-        .id;
+    let (mut t, id) = placed_issued(&cat, "gone").await;
     assert!(t.delete(&keystone::TABLE, id).await.unwrap());
     t.commit().await.unwrap();
     let r = cat.reader(None).await.unwrap();
