@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rocklake_core::backend::{visit_all, KeyRange, KvBackend, Order, Pager, WriteBatch};
 use rocklake_core::keys::{self, ColumnKey, DataFileKey, Key, RowKey, TableKey};
 use rocklake_core::keystone;
-use rocklake_core::values::{Row, Value};
+use rocklake_core::values::Value;
 use rocklake_core::{Catalog, CatalogOptions, Durability, KeyChoice, Result};
 use serde::Serialize;
 
@@ -648,38 +648,19 @@ pub async fn keystone_workloads(
         &s,
     ));
 
-    // MVCC: one entity with 1, 10, 100 versions.
+    // MVCC: one entity with 1, 10, 100 versions (an insert, then updates).
     for versions in [1u64, 10, 100] {
         let table_id = 10_000 + versions;
-        let mut t = cat.begin().await?;
-        let first = t.write_snapshot().await?;
-        t.commit().await?;
-        let mut begin = first;
         for v in 0..versions {
             let mut t = cat.begin().await?;
-            let s = t.write_snapshot().await?;
-            if v > 0 {
-                let mut old = Row::new(begin, vec![Value::Int(table_id as i64)]);
-                old.end_snapshot = Some(s);
-                t.put_row(
-                    &TableKey {
-                        table_id,
-                        begin_snapshot: begin,
-                    }
-                    .encode(),
-                    &old,
-                )?;
+            let cells = vec![Value::Int(table_id as i64)];
+            if v == 0 {
+                t.insert(&keystone::TABLE, KeyChoice::Named(table_id), cells)
+                    .await?;
+            } else {
+                t.update(&keystone::TABLE, table_id, cells).await?;
             }
-            t.put_row(
-                &TableKey {
-                    table_id,
-                    begin_snapshot: s,
-                }
-                .encode(),
-                &Row::new(s, vec![Value::Int(table_id as i64)]),
-            )?;
             t.commit().await?;
-            begin = s;
         }
         let s = sample(budget, |_| {
             let cat = cat.clone();
@@ -707,20 +688,29 @@ pub async fn keystone_workloads(
 
 /// Commit one snapshot adding `files` data files to table 1: snapshot row, file rows with
 /// issued ids and their bindings, counters — one transaction.
+///
+/// A commit refused because another committer's later snapshot became visible first (see
+/// `Transaction`'s "Snapshot order") is run again, as a client would; the time of a commit
+/// includes its retries.
 pub async fn commit_snapshot(cat: &Catalog, files: usize) -> Result<u64> {
-    let mut t = cat.begin().await?;
-    let snap = t.write_snapshot().await?;
-    for i in 0..files {
-        t.insert_child(
-            &keystone::FILE,
-            1,
-            KeyChoice::Issued,
-            file_cells(1, i as u64),
-        )
-        .await?;
+    loop {
+        let mut t = cat.begin().await?;
+        let snap = t.write_snapshot().await?;
+        for i in 0..files {
+            t.insert_child(
+                &keystone::FILE,
+                1,
+                KeyChoice::Issued,
+                file_cells(1, i as u64),
+            )
+            .await?;
+        }
+        match t.commit().await {
+            Ok(_) => return Ok(snap),
+            Err(e) if e.is_retryable() => continue,
+            Err(e) => return Err(e),
+        }
     }
-    t.commit().await?;
-    Ok(snap)
 }
 
 /// List the data files of `table_id` visible at the latest snapshot, reading each one's path

@@ -36,6 +36,7 @@ pub static ALL: &[(&str, CheckFn)] = &[
     }),
     ("crash_durability", |t| Box::pin(crash_durability(t))),
     ("mvcc_visibility", |t| Box::pin(mvcc_visibility(t))),
+    ("snapshot_order", |t| Box::pin(snapshot_order(t))),
     ("gc_keeps_what_readers_see", |t| {
         Box::pin(gc_keeps_what_readers_see(t))
     }),
@@ -692,56 +693,186 @@ pub async fn mvcc_visibility(t: &Target) -> CheckResult {
     )))
 }
 
+/// What readers saw at each snapshot: its `ducklake_table` rows.
+type Seen = BTreeMap<u64, Vec<(String, Vec<Value>)>>;
+
+/// Snapshots publish in order under concurrency, and time travel is repeatable: committers on
+/// several tasks insert, update and delete rows (running a commit again when it is refused as
+/// retryable), while readers record what the latest snapshot shows and later read an earlier
+/// recorded snapshot again. Every re-read, during the run and after it, equals the first read: a
+/// commit that landed at or below a snapshot a reader had seen would have changed it.
+pub async fn snapshot_order(t: &Target) -> CheckResult {
+    const COMMITTERS: u64 = 4;
+    const COMMITS: u64 = 25;
+    let (cat, _) = writer(t).await?;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut committers = Vec::new();
+    for task in 0..COMMITTERS {
+        let cat = cat.clone();
+        committers.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(0x5A0 + task);
+            let mut live: Vec<u64> = Vec::new();
+            let (mut commits, mut retried) = (0u64, 0u64);
+            for n in 0..COMMITS {
+                let op = if live.is_empty() {
+                    0
+                } else {
+                    rng.random_range(0..3)
+                };
+                let pick = if live.is_empty() {
+                    0
+                } else {
+                    rng.random_range(0..live.len())
+                };
+                loop {
+                    let mut tx = cat.begin().await.map_err(ctx("begin"))?;
+                    // The snapshot is taken first and the commit comes a few awaits later, so
+                    // committers interleave between the two.
+                    tx.write_snapshot().await.map_err(ctx("snapshot"))?;
+                    tokio::task::yield_now().await;
+                    let id = task * 1000 + n + 1;
+                    let name = Value::Text(format!("t{task}-{n}"));
+                    let cells = vec![Value::Null, Value::Text("uuid".into()), Value::Int(1), name];
+                    match op {
+                        0 => {
+                            tx.insert(&keystone::TABLE, KeyChoice::Named(id), cells)
+                                .await
+                                .map_err(ctx("insert"))?;
+                        }
+                        1 => {
+                            tx.update(&keystone::TABLE, live[pick], cells)
+                                .await
+                                .map_err(ctx("update"))?;
+                        }
+                        _ => {
+                            tx.delete(&keystone::TABLE, live[pick])
+                                .await
+                                .map_err(ctx("delete"))?;
+                        }
+                    }
+                    match tx.commit().await {
+                        Ok(_) => break,
+                        Err(e) if e.is_retryable() => retried += 1,
+                        Err(e) => return Err(format!("task {task} commit {n}: {e}")),
+                    }
+                }
+                commits += 1;
+                match op {
+                    0 => live.push(task * 1000 + n + 1),
+                    2 => {
+                        live.swap_remove(pick);
+                    }
+                    _ => {}
+                }
+            }
+            Ok::<_, String>((commits, retried))
+        }));
+    }
+    let mut readers = Vec::new();
+    for r in 0..2u64 {
+        let (cat, done) = (cat.clone(), done.clone());
+        readers.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(0x5B0 + r);
+            let mut seen = Seen::new();
+            let mut rereads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let reader = cat.reader(None).await.map_err(ctx("reader"))?;
+                let rows = table_rows(&reader).await.map_err(ctx("read"))?;
+                let latest = reader.snapshot();
+                drop(reader);
+                if let Some(first) = seen.get(&latest) {
+                    ensure!(
+                        &rows == first,
+                        "snapshot {latest} changed after a reader saw it"
+                    );
+                }
+                seen.entry(latest).or_insert(rows);
+                let pick = rng.random_range(0..seen.len());
+                let (s, first) = seen.iter().nth(pick).expect("one was just added");
+                let again = cat.reader(Some(*s)).await.map_err(ctx("reader"))?;
+                let rows = table_rows(&again).await.map_err(ctx("re-read"))?;
+                ensure!(
+                    &rows == first,
+                    "snapshot {s} changed after a reader saw it: first {} rows, now {}",
+                    first.len(),
+                    rows.len()
+                );
+                rereads += 1;
+                tokio::task::yield_now().await;
+            }
+            Ok::<_, String>((seen, rereads))
+        }));
+    }
+    let (mut commits, mut retried) = (0, 0);
+    let mut failed = None;
+    for c in committers {
+        match c.await.map_err(|e| format!("committer task: {e}"))? {
+            Ok((n, r)) => {
+                commits += n;
+                retried += r;
+            }
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let (mut seen, mut rereads) = (Vec::new(), 0);
+    for r in readers {
+        let (s, n) = r.await.map_err(|e| format!("reader task: {e}"))??;
+        seen.extend(s);
+        rereads += n;
+    }
+    seen.sort_by_key(|(s, _)| *s);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    for (s, first) in &seen {
+        let again = cat.reader(Some(*s)).await.map_err(ctx("reader"))?;
+        let rows = table_rows(&again).await.map_err(ctx("re-read"))?;
+        ensure!(
+            &rows == first,
+            "snapshot {s} changed after a reader saw it (checked after the run)"
+        );
+    }
+    let last = cat.current_snapshot().await.map_err(ctx("snapshot"))?;
+    ensure!(
+        last >= commits,
+        "{commits} commits landed but the latest snapshot is {last}"
+    );
+    cat.close().await.map_err(ctx("close"))?;
+    Ok(Outcome::Pass(format!(
+        "{commits} commits from {COMMITTERS} tasks ({retried} refused as out of order and run \
+         again); {} snapshots read twice, {rereads} re-read mid-run, none changed",
+        seen.len()
+    )))
+}
+
 /// GC below retain-from never changes what readers at or above the floor see.
 pub async fn gc_keeps_what_readers_see(t: &Target) -> CheckResult {
     let (cat, _) = writer(t).await?;
-    // Versions of columns (not Keystone-bound here): each update ends the old version.
+    // Versions of columns: each update ends the old version and begins a new one.
     let mut tx = cat.begin().await.map_err(ctx("begin"))?;
-    let first = tx.write_snapshot().await.map_err(ctx("snapshot"))?;
     for c in 1..=20u64 {
-        let key = keys::ColumnKey {
-            table_id: 1,
-            column_id: c,
-            begin_snapshot: first,
-        }
-        .encode();
-        tx.put_row(
-            &key,
-            &Row::new(first, vec![Value::Int(c as i64), Value::Int(1)]),
+        tx.insert_child(
+            &keystone::COLUMN,
+            1,
+            KeyChoice::Named(c),
+            vec![Value::Int(c as i64), Value::Int(1)],
         )
-        .map_err(ctx("put"))?;
+        .await
+        .map_err(ctx("insert"))?;
     }
     tx.commit().await.map_err(ctx("commit"))?;
-    let mut begins: BTreeMap<u64, u64> = (1..=20).map(|c| (c, first)).collect();
     for _round in 0..5 {
         let mut tx = cat.begin().await.map_err(ctx("begin"))?;
         let s = tx.write_snapshot().await.map_err(ctx("snapshot"))?;
         for c in 1..=10u64 {
-            let old_begin = begins[&c];
-            let old = keys::ColumnKey {
-                table_id: 1,
-                column_id: c,
-                begin_snapshot: old_begin,
-            }
-            .encode();
-            let mut row = Row::new(old_begin, vec![Value::Int(c as i64), Value::Int(1)]);
-            row.end_snapshot = Some(s);
-            tx.put_row(&old, &row).map_err(ctx("end"))?;
-            let new = keys::ColumnKey {
-                table_id: 1,
-                column_id: c,
-                begin_snapshot: s,
-            }
-            .encode();
-            tx.put_row(
-                &new,
-                &Row::new(
-                    s,
-                    vec![Value::Int(c as i64), Value::Int(1), Value::Int(s as i64)],
-                ),
+            tx.update(
+                &keystone::COLUMN,
+                c,
+                vec![Value::Int(c as i64), Value::Int(1), Value::Int(s as i64)],
             )
-            .map_err(ctx("put"))?;
-            begins.insert(c, s);
+            .await
+            .map_err(ctx("update"))?;
         }
         tx.commit().await.map_err(ctx("commit"))?;
     }

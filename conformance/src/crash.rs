@@ -57,33 +57,15 @@ async fn commit_loop(cat: Catalog) -> ! {
     use std::io::Write;
     let stdout = std::io::stdout();
     loop {
-        let r = async {
-            let mut t = cat.begin().await?;
-            let p = t
-                .insert(
-                    &keystone::TABLE,
-                    KeyChoice::Issued,
-                    vec![Value::Null, Value::Text("crash".into())],
-                )
-                .await?;
-            for c in 1..=COMPANIONS {
-                let key = keys::FileColumnStatsKey {
-                    file_id: p.id,
-                    column_id: c,
-                }
-                .encode();
-                t.put_row(
-                    &key,
-                    &Row::new(
-                        p.snapshot,
-                        vec![Value::Int(p.id as i64), Value::Int(0), Value::Int(c as i64)],
-                    ),
-                )?;
+        // A commit refused only because another committer's later snapshot became visible
+        // first is run again (see `Transaction`'s "Snapshot order").
+        let r = loop {
+            let r = commit_one(&cat).await;
+            match r {
+                Err(e) if e.is_retryable() => continue,
+                r => break r,
             }
-            t.commit().await?;
-            Ok::<u64, rocklake_core::Error>(p.id)
-        }
-        .await;
+        };
         match r {
             Ok(id) => {
                 let mut out = stdout.lock();
@@ -96,6 +78,34 @@ async fn commit_loop(cat: Catalog) -> ! {
             }
         }
     }
+}
+
+/// One commit of the child: an issued table row and its companions.
+async fn commit_one(cat: &Catalog) -> Result<u64, rocklake_core::Error> {
+    let mut t = cat.begin().await?;
+    let p = t
+        .insert(
+            &keystone::TABLE,
+            KeyChoice::Issued,
+            vec![Value::Null, Value::Text("crash".into())],
+        )
+        .await?;
+    for c in 1..=COMPANIONS {
+        let key = keys::FileColumnStatsKey {
+            file_id: p.id,
+            column_id: c,
+        }
+        .encode();
+        t.put_row(
+            &key,
+            &Row::new(
+                p.snapshot,
+                vec![Value::Int(p.id as i64), Value::Int(0), Value::Int(c as i64)],
+            ),
+        )?;
+    }
+    t.commit().await?;
+    Ok(p.id)
 }
 
 /// What the rounds covered.

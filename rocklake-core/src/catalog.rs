@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -152,6 +152,8 @@ pub struct CatalogOptions {
     pub purge_wait: Duration,
     /// See [`DrawHook`].
     pub draw_hook: Option<DrawHook>,
+    /// Where snapshot times and audit times come from (default: [`system_clock`]).
+    pub clock: Clock,
 }
 
 impl Default for CatalogOptions {
@@ -161,6 +163,7 @@ impl Default for CatalogOptions {
             id_reservation: DEFAULT_RESERVATION,
             purge_wait: Duration::from_secs(1),
             draw_hook: None,
+            clock: system_clock(),
         }
     }
 }
@@ -241,6 +244,10 @@ pub(crate) struct Inner {
     readers: Mutex<Readers>,
     readers_changed: Notify,
     closed: AtomicBool,
+    /// The highest snapshot id committed through this catalog or found at open: no commit may
+    /// land at or below it (see [`Transaction`]'s "Snapshot order"). Read and raised under the
+    /// commit lock.
+    pub(crate) published: AtomicU64,
 }
 
 /// A catalog over any [`KvBackend`]. Cheap to clone; clones share one writer identity.
@@ -276,11 +283,18 @@ async fn read_u64(view: &dyn ReadView, key: &[u8]) -> Result<Option<u64>> {
     }
 }
 
-pub(crate) fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
+/// Microseconds since the Unix epoch, for snapshot times and audit entries. Injected through
+/// [`CatalogOptions::clock`] so tests can fix time.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The system clock: the default [`Clock`].
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or(0)
+    })
 }
 
 impl Catalog {
@@ -353,6 +367,7 @@ impl Catalog {
             let stored = read_u64(backend.as_ref(), &space.counter_key()).await?;
             spaces.push(SpaceState::new(space, stored.unwrap_or(1)));
         }
+        let published = current_snapshot_in(backend.as_ref()).await?;
         Ok(Catalog {
             inner: Arc::new(Inner {
                 backend,
@@ -365,6 +380,7 @@ impl Catalog {
                 readers: Mutex::new(Readers::default()),
                 readers_changed: Notify::new(),
                 closed: AtomicBool::new(false),
+                published: AtomicU64::new(published),
             }),
         })
     }
@@ -382,6 +398,11 @@ impl Catalog {
     /// The options in force.
     pub fn options(&self) -> &CatalogOptions {
         &self.inner.options
+    }
+
+    /// Now, by the catalog's [`Clock`], in microseconds since the Unix epoch.
+    pub fn now_micros(&self) -> i64 {
+        (self.inner.options.clock)()
     }
 
     pub(crate) fn writer_epoch(&self) -> Result<u64> {
@@ -528,16 +549,7 @@ impl Catalog {
         let view = self.inner.backend.view().await?;
         let latest = current_snapshot_in(view.as_ref()).await?;
         let snapshot = snapshot.unwrap_or(latest);
-        let floor = read_u64(view.as_ref(), &sys_key(system::RETAIN_FROM))
-            .await?
-            .unwrap_or(0);
-        if snapshot < floor {
-            return Err(Error::OutOfRange {
-                message: format!(
-                    "snapshot {snapshot} is below retain-from {floor}: it may have been garbage-collected"
-                ),
-            });
-        }
+        check_readable_at(view.as_ref(), snapshot).await?;
         let id = {
             let mut r = self.inner.readers.lock().unwrap_or_else(|e| e.into_inner());
             r.next += 1;
@@ -710,7 +722,7 @@ impl Catalog {
                 last_id: last,
                 freed: freed.clone(),
                 writer_epoch: self.writer_epoch()?,
-                at_micros: now_micros(),
+                at_micros: self.now_micros(),
                 actor: admin.actor.clone(),
             };
             batch.put(akey.to_vec(), entry.encode_to_vec());
@@ -847,7 +859,9 @@ impl Catalog {
             let _guard = self.inner.commit_lock.lock().await;
             let mut batch = WriteBatch::new();
             for st in &self.inner.spaces {
-                let m = st.marks();
+                // Frozen before it is read: an `issue_id` racing this close either got its id
+                // before (and the mark written back is above it) or is refused `Closed`.
+                let m = st.freeze();
                 if m.ceiling > m.mark {
                     batch.put(
                         st.space.counter_key(),
@@ -861,7 +875,7 @@ impl Catalog {
                     Some(Bytes::copy_from_slice(&values::encode_u64(epoch))),
                 );
                 match self.inner.backend.write(batch, Durability::Durable).await {
-                    Ok(()) => self.inner.spaces.iter().for_each(|s| s.set_released()),
+                    Ok(()) => {}
                     // Fenced: the newer writer owns the counters now; our reservation stays a gap.
                     Err(Error::ConditionFailed { .. }) | Err(Error::Fenced { .. }) => {}
                     Err(e) => return Err(e),
@@ -879,6 +893,25 @@ fn check_format(format: Option<u64>) -> Result<()> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// Refuse a read at `snapshot` when it lies below the `retain-from` floor of `view`: GC may
+/// already have removed versions such a reader would see, so its answer could be wrong.
+/// [`Error::OutOfRange`] names the snapshot and the floor. Every snapshot read of the API
+/// ([`Catalog::reader`]) and of the command line (`scan --at`) goes through this.
+pub async fn check_readable_at(view: &dyn ReadView, snapshot: u64) -> Result<()> {
+    let floor = read_u64(view, &sys_key(system::RETAIN_FROM))
+        .await?
+        .unwrap_or(0);
+    if snapshot < floor {
+        return Err(Error::OutOfRange {
+            message: format!(
+                "snapshot {snapshot} is below retain-from {floor}: versions a reader at it would \
+                 see may have been garbage-collected; read at snapshot {floor} or later"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The highest snapshot id in a view (0 when there is none).

@@ -153,21 +153,37 @@ impl IdSpace {
     }
 
     /// Check a key given as text (the command line, the SQL wire): an integer in range.
+    ///
+    /// An integer literal of any length outside `[1, MAX_ID]` is [`Error::OutOfRange`], even one
+    /// too long for any integer type; only text that is not an integer at all is
+    /// [`Error::InvalidArgument`].
     pub fn parse_id(&self, text: &str) -> Result<u64> {
         let t = text.trim();
         match t.parse::<i128>() {
             Ok(v) if v >= 1 && v <= MAX_ID as i128 => Ok(v as u64),
-            Ok(v) => Err(Error::OutOfRange {
-                message: format!(
-                    "key {v} is outside the Keystone id space [1, {MAX_ID}] (id space {:?})",
-                    self.name
-                ),
-            }),
+            Ok(_) => Err(out_of_range_text(self, t)),
+            Err(_) if is_integer_literal(t) => Err(out_of_range_text(self, t)),
             Err(_) => Err(Error::InvalidArgument(format!(
                 "key {t:?} for id space {:?} is not an integer",
                 self.name
             ))),
         }
+    }
+}
+
+/// An optional sign followed by one or more ASCII digits.
+fn is_integer_literal(t: &str) -> bool {
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn out_of_range_text(space: &IdSpace, text: &str) -> Error {
+    let shown = text.strip_prefix('+').unwrap_or(text);
+    Error::OutOfRange {
+        message: format!(
+            "key {shown} is outside the Keystone id space [1, {MAX_ID}] (id space {:?})",
+            space.name
+        ),
     }
 }
 
@@ -250,10 +266,13 @@ pub(crate) struct Marks {
     pub(crate) mark: u64,
     /// Stored counter: no id at or above it was ever issued.
     pub(crate) ceiling: u64,
-    /// The highest key named in this writer so far (0: none). An issued key above it cannot
-    /// be bound: keys bound before this writer opened are below the stored counter, which the
-    /// mark starts at, and no session of this writer has named it.
+    /// The highest key named in this writer so far (0: none), committed or not. An issued key
+    /// above it cannot be bound: keys bound before this writer opened are below the stored
+    /// counter, which the mark starts at, and no session of this writer has named it.
     pub(crate) named_max: u64,
+    /// Set by [`SpaceState::freeze`] when the catalog closes: nothing is issued after the mark
+    /// was read to be written back.
+    pub(crate) frozen: bool,
 }
 
 impl SpaceState {
@@ -265,6 +284,7 @@ impl SpaceState {
                 mark: stored,
                 ceiling: stored,
                 named_max: 0,
+                frozen: false,
             }),
         }
     }
@@ -276,6 +296,9 @@ impl SpaceState {
     /// Take the next id if it is inside the reservation. `Ok(None)`: a reservation is needed.
     pub(crate) fn try_issue(&self) -> Result<Option<u64>> {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if m.frozen {
+            return Err(Error::Closed);
+        }
         if m.mark > MAX_ID {
             return Err(exhausted(self.space));
         }
@@ -287,13 +310,29 @@ impl SpaceState {
         Ok(None)
     }
 
-    /// A named key: move the mark past it when it is at or above the mark.
-    pub(crate) fn observe_named(&self, id: u64) {
+    /// A named key was placed by a transaction that has not committed yet: issued keys at or
+    /// below it must be checked against the store. The mark does not move until the key
+    /// commits ([`SpaceState::committed_named`]), so a rolled-back key leaves no trace in it.
+    pub(crate) fn note_named(&self, id: u64) {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if id >= m.mark {
-            m.mark = id + 1;
-        }
         m.named_max = m.named_max.max(id);
+    }
+
+    /// Named keys up to `need - 1` committed, and the stored counter is at least `need`: move
+    /// the mark (and the known ceiling) to `need` if they are below it. Called under the
+    /// commit lock once the batch that raised the stored counter has applied.
+    pub(crate) fn committed_named(&self, need: u64) {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        m.mark = m.mark.max(need);
+        m.ceiling = m.ceiling.max(need);
+    }
+
+    /// Stop issuing (the catalog is closing) and return the marks to write back. No id can be
+    /// issued after this returns, so the mark written back is above every id issued.
+    pub(crate) fn freeze(&self) -> Marks {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        m.frozen = true;
+        *m
     }
 
     /// Could the issued key `id` be bound already? Only when some session of this writer has
@@ -310,11 +349,6 @@ impl SpaceState {
     pub(crate) fn raise_ceiling(&self, to: u64) {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         m.ceiling = m.ceiling.max(to);
-    }
-
-    pub(crate) fn set_released(&self) {
-        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        m.ceiling = m.mark;
     }
 }
 
@@ -471,6 +505,19 @@ mod tests {
                 a.name
             );
         }
+    }
+
+    /// Closing freezes a space under the lock that issues: the marks it returns are above
+    /// every id issued, and nothing is issued after it (the race with `issue_id`).
+    #[test]
+    fn nothing_is_issued_after_a_space_is_frozen() {
+        let st = SpaceState::new(&TABLE, 1);
+        st.raise_ceiling(100);
+        assert_eq!(st.try_issue().unwrap(), Some(1));
+        let m = st.freeze();
+        assert_eq!((m.mark, m.ceiling), (2, 100));
+        assert!(matches!(st.try_issue(), Err(Error::Closed)));
+        assert_eq!(st.marks().mark, 2);
     }
 
     #[test]

@@ -54,6 +54,15 @@ impl MemoryBackend {
         Arc::new(MemoryBackend::new())
     }
 
+    /// A new, open store holding what this one holds now: how a process that restarts finds
+    /// the data after a clean shutdown. Tests use it to check what survives a close.
+    pub fn reopened(&self) -> MemoryBackend {
+        MemoryBackend {
+            map: RwLock::new(self.current()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(AtomicOrdering::Acquire) {
             return Err(Error::Closed);

@@ -6,6 +6,10 @@
 //! it changes must be unchanged, and the writer epoch must still be this writer's), so the whole
 //! commit lands or none of it does. Dropping a transaction, or [`Transaction::rollback`], discards
 //! the write set: keys it placed are free again.
+//!
+//! Rows of an id space are only ever written through [`Transaction::insert`],
+//! [`Transaction::update`] and [`Transaction::delete`], which keep the row, its Keystone binding
+//! and the space's mark consistent; [`Transaction::put_row`] refuses them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -15,11 +19,11 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::backend::{Durability, ReadView, WriteBatch};
-use crate::catalog::{now_micros, Catalog};
+use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::keys::{self, Key};
-use crate::keystone::{self, IdSpace, MAX_DRAWS};
-use crate::tags::{self, ValueKind};
+use crate::keystone::{self, IdSpace, Layout, MAX_DRAWS};
+use crate::tags::{self, TagInfo, ValueKind};
 use crate::values::{Binding, BindingState, Row, Value};
 
 /// Stands in for the view after commit (a committed transaction reads nothing more).
@@ -83,6 +87,16 @@ pub struct CommitInfo {
 }
 
 /// A transaction on a [`Catalog`].
+///
+/// # Snapshot order
+/// A transaction that writes takes its snapshot at its first write (an issued id of the
+/// `snapshot` space, or the id it names when it inserts its `ducklake_snapshot` row itself, as
+/// DuckLake does). Snapshots must become visible in ascending order: a reader that has seen
+/// snapshot N must never see a later commit add or end rows at N or below, or time travel to N
+/// would not be repeatable. So [`Transaction::commit`] refuses, with a retryable
+/// [`Error::Conflict`] and nothing written, a transaction whose snapshot is at or below a
+/// snapshot already committed (one that began writing before another, and commits after it).
+/// Run it again: it then takes a new snapshot above every visible one.
 pub struct Transaction {
     cat: Catalog,
     /// Taken (dropped) at commit, so engines with copy-on-write views do not copy for nothing.
@@ -98,6 +112,9 @@ pub struct Transaction {
     issued: Vec<(&'static IdSpace, u64)>,
     /// Per id space: the counter value named keys of this transaction need (max named + 1).
     named_needs: HashMap<&'static str, (&'static IdSpace, u64)>,
+    /// Row versions this transaction's updates created, each with the version it ended (so a
+    /// delete in the same transaction can take the new version back).
+    prior: HashMap<Bytes, Bytes>,
     /// Counted in the group commit's `building` until applied or dropped.
     building: bool,
 }
@@ -148,6 +165,7 @@ impl Transaction {
             placed: HashSet::new(),
             issued: Vec::new(),
             named_needs: HashMap::new(),
+            prior: HashMap::new(),
             building: true,
         }
     }
@@ -188,29 +206,26 @@ impl Transaction {
         self.view().get(key).await
     }
 
-    /// Write a row under `key` (any row table). The cells are checked against the table.
+    /// Write a row under `key` in a row table that no id space owns (statistics, partition
+    /// columns, ...). The cells are checked against the table. Rows of an id space are refused:
+    /// [`Transaction::insert`], [`Transaction::update`] and [`Transaction::delete`] write those,
+    /// keeping the key's binding and the space's mark consistent.
     pub fn put_row(&mut self, key: &[u8], row: &Row) -> Result<()> {
-        self.cat.writer_epoch()?;
-        let info = keys::tag_of(key)?;
-        Key::decode(key)?;
-        if info.value != ValueKind::Row {
-            return Err(Error::InvalidArgument(format!(
-                "{} holds no rows; put_row writes row tables only",
-                info.name
-            )));
-        }
+        let epoch = self.cat.writer_epoch()?;
+        let info = raw_row_table(key, "put_row")?;
         let mut row = row.clone();
-        row.writer_epoch = self.cat.writer_epoch()?;
+        row.writer_epoch = epoch;
         let bytes = row.encode(info, key)?;
         self.writes
             .insert(Bytes::copy_from_slice(key), Some(Bytes::from(bytes)));
         Ok(())
     }
 
-    /// Delete a key outright (no MVCC; use [`Transaction::delete`] for Keystone rows).
+    /// Delete a row of a table that no id space owns outright (no MVCC). Rows of an id space
+    /// are refused: [`Transaction::delete`] ends them and keeps their key bound.
     pub fn delete_key(&mut self, key: &[u8]) -> Result<()> {
         self.cat.writer_epoch()?;
-        Key::decode(key)?;
+        raw_row_table(key, "delete_key")?;
         self.writes.insert(Bytes::copy_from_slice(key), None);
         Ok(())
     }
@@ -228,7 +243,7 @@ impl Transaction {
         }
         let cells = vec![
             Value::Null,
-            Value::Int(now_micros()),
+            Value::Int(self.cat.now_micros()),
             Value::Null,
             Value::Null,
             Value::Null,
@@ -253,7 +268,8 @@ impl Transaction {
         self.place(space, choice, None, cells, None).await
     }
 
-    /// Insert a row of a child space (`column`, `file`, `delete-file`) under `parent`.
+    /// Insert a row of a child space (`column`, `file`, `delete-file`) under `parent`, an id
+    /// in `[1, 2^48 - 1]` like every id.
     pub async fn insert_child(
         &mut self,
         space: &'static IdSpace,
@@ -329,20 +345,32 @@ impl Transaction {
         make_key: Option<fn(u64, u64) -> Vec<u8>>,
     ) -> Result<Placed> {
         let epoch = self.cat.writer_epoch()?;
-        let table = space
-            .table
-            .info()
-            .ok_or_else(|| Error::NotFound(format!("table of id space {:?}", space.name)))?;
-        if space.layout == keystone::Layout::Custom && make_key.is_none() {
-            space.row_key(0, parent, 0)?;
+        self.cat.state(space)?;
+        let table = table_of(space)?;
+        if let Some(p) = parent {
+            check_parent(space, p)?;
         }
-        // Everything that can refuse the insert is checked before anything is placed.
-        if let KeyChoice::Named(id) = choice {
-            space.check_id(id)?;
-            if let Some(b) = self.bound(space, id).await? {
-                return Err(already_exists(space, id, &b));
+        if make_key.is_none() {
+            // The layout and the parent fit (the key itself is built once the id is known).
+            space.row_key(1, parent, 0)?;
+        }
+        let is_snapshot_space = std::ptr::eq(space, &keystone::SNAPSHOT);
+        if is_snapshot_space {
+            if let Some(s) = self.write_snapshot {
+                return Err(Error::InvalidArgument(format!(
+                    "this transaction already writes at snapshot {s}; one transaction creates one snapshot"
+                )));
             }
         }
+        // Everything that can refuse the insert is checked before anything is placed.
+        let named = match choice {
+            KeyChoice::Named(id) => {
+                space.check_id(id)?;
+                Some(id)
+            }
+            KeyChoice::Issued => None,
+        };
+        check_identity(space, table, &cells, named, parent)?;
         let mut row = Row {
             begin_snapshot: 0,
             end_snapshot: None,
@@ -350,30 +378,29 @@ impl Transaction {
             writer_epoch: epoch,
         };
         row.check_named(table, || format!("a new {} row", table.name))?;
-        let is_snapshot_space = std::ptr::eq(space, &keystone::SNAPSHOT);
-        if is_snapshot_space {
-            if let (Some(s), KeyChoice::Named(id)) = (self.write_snapshot, choice) {
-                if s != id {
-                    return Err(Error::InvalidArgument(format!(
-                        "this transaction already writes at snapshot {s}; it cannot also create snapshot {id}"
-                    )));
-                }
+        if let Some(id) = named {
+            if let Some(b) = self.bound(space, id).await? {
+                return Err(already_exists(space, id, &b));
             }
-        } else if self.write_snapshot.is_none() {
+        }
+        // An issued key is drawn before the snapshot is taken: if no key can be drawn, nothing
+        // was placed (a drawn key that is then not used is a gap, which Keystone allows).
+        let id = match named {
+            Some(id) => id,
+            None => self.draw(space).await?,
+        };
+        if !is_snapshot_space && self.write_snapshot.is_none() {
             Box::pin(self.write_snapshot()).await?;
         }
-
-        let id = match choice {
-            KeyChoice::Named(id) => {
-                self.cat.state(space)?.observe_named(id);
-                let need = self.named_needs.entry(space.name).or_insert((space, 0));
-                need.1 = need.1.max(id + 1);
-                id
+        // Nothing below can fail: the row is placed whole or not at all.
+        if named.is_some() {
+            if let Ok(st) = self.cat.state(space) {
+                st.note_named(id);
             }
-            KeyChoice::Issued => self.draw(space).await?,
-        };
+            let need = self.named_needs.entry(space.name).or_insert((space, 0));
+            need.1 = need.1.max(id + 1);
+        }
         self.register(space, id);
-
         let snapshot = if is_snapshot_space {
             self.write_snapshot = Some(id);
             id
@@ -382,19 +409,11 @@ impl Transaction {
         };
         let row_key = match make_key {
             Some(f) => f(id, snapshot),
-            None => space.row_key(id, parent, snapshot)?,
+            None => space.row_key(id, parent, snapshot).unwrap_or_default(),
         };
-        // Fill the id column when the caller left it NULL.
-        if let Some(col) = space.id_column().and_then(|c| table.column_index(c)) {
-            if row.cells.len() <= col {
-                row.cells.resize(col + 1, Value::Null);
-            }
-            if row.cells[col] == Value::Null {
-                row.cells[col] = Value::Int(id as i64);
-            }
-        }
+        fill_identity(space, table, &mut row.cells, id, parent);
         row.begin_snapshot = snapshot;
-        // Checked above; only the id cell (an integer column) and the snapshot changed since.
+        // Checked above; only the id cells (integer columns) and the snapshot changed since.
         let value = row.encode_unchecked();
         let binding = Binding {
             row_key: row_key.clone(),
@@ -418,6 +437,173 @@ impl Transaction {
             row_key,
             snapshot,
         })
+    }
+
+    /// Take back the snapshot row this transaction placed, when the operation that made it
+    /// place one is refused after all: a refused call leaves nothing in the write set.
+    fn undo_snapshot(&mut self) {
+        let Some(s) = self.write_snapshot.take() else {
+            return;
+        };
+        let snapshot = &keystone::SNAPSHOT;
+        let bkey = snapshot.binding_key(s);
+        if let Some(Some(v)) = self.writes.remove(bkey.as_slice()) {
+            if let Ok(b) = Binding::decode_at(&bkey, &v) {
+                self.writes.remove(b.row_key.as_slice());
+            }
+        }
+        self.conds.remove(bkey.as_slice());
+        self.issued
+            .retain(|(space, id)| !(std::ptr::eq(*space, snapshot) && *id == s));
+        self.unregister(snapshot, s);
+    }
+
+    /// Run `f` with this transaction's write snapshot, taking one first if it has none; when
+    /// `f` refuses, a snapshot taken for it is taken back.
+    async fn with_snapshot<T>(&mut self, f: impl FnOnce(&mut Self, u64) -> Result<T>) -> Result<T> {
+        let created = self.write_snapshot.is_none();
+        let snapshot = self.write_snapshot().await?;
+        let out = f(self, snapshot);
+        if out.is_err() && created {
+            self.undo_snapshot();
+        }
+        out
+    }
+
+    /// The live version of the row bound by `b`, with its bytes as the store holds them when
+    /// they do not come from this transaction (for the "unchanged" precondition).
+    async fn live_row(&self, bkey: &[u8], b: &Binding) -> Result<(Row, Option<Bytes>)> {
+        let own = self.writes.contains_key(b.row_key.as_slice());
+        let bytes = self.get(&b.row_key).await?.ok_or_else(|| {
+            Error::corrupt(
+                bkey,
+                format!(
+                    "binding names {} but no such row exists",
+                    keys::render(&b.row_key)
+                ),
+            )
+        })?;
+        let row = Row::decode(&b.row_key, &bytes)?;
+        if let Some(end) = row.end_snapshot {
+            return Err(Error::corrupt(
+                bkey,
+                format!(
+                    "binding names {} as the live row, but that version ended at snapshot {end}",
+                    keys::render(&b.row_key)
+                ),
+            ));
+        }
+        Ok((row, if own { None } else { Some(bytes) }))
+    }
+
+    /// Replace the cells of the live row bound to `id` in `space`.
+    ///
+    /// For a versioned table the live version ends at this transaction's snapshot and a new
+    /// version begins there, under the same key; the binding then names the new version. An
+    /// unversioned row is rewritten in place. The id (and parent) columns must agree with the
+    /// key or be NULL (they are filled in). A row this transaction wrote is simply rewritten.
+    /// Refused with [`Error::NotFound`] when no live row holds the key, and with a retryable
+    /// [`Error::Conflict`] at commit when another transaction changed the row first.
+    pub async fn update(
+        &mut self,
+        space: &'static IdSpace,
+        id: u64,
+        cells: Vec<Value>,
+    ) -> Result<Placed> {
+        let epoch = self.cat.writer_epoch()?;
+        space.check_id(id)?;
+        let table = table_of(space)?;
+        if space.layout == Layout::Custom || std::ptr::eq(space, &keystone::SNAPSHOT) {
+            return Err(Error::InvalidArgument(format!(
+                "rows of id space {:?} are written once and cannot be updated",
+                space.name
+            )));
+        }
+        let bkey = space.binding_key(id);
+        let binding = self.live_binding(space, id).await?;
+        let parent = parent_of(space, &binding.row_key);
+        check_identity(space, table, &cells, Some(id), parent)?;
+        let mut new = Row {
+            begin_snapshot: 0,
+            end_snapshot: None,
+            cells,
+            writer_epoch: epoch,
+        };
+        new.check_named(table, || {
+            format!("an update of {}", keys::render(&binding.row_key))
+        })?;
+        fill_identity(space, table, &mut new.cells, id, parent);
+        let (mut old, stored_row) = self.live_row(&bkey, &binding).await?;
+        let raw_binding = if self.writes.contains_key(bkey.as_slice()) {
+            None
+        } else {
+            self.cat.inner.backend.get(&bkey).await?
+        };
+        let old_key = Bytes::from(binding.row_key.clone());
+        self.with_snapshot(move |t, snapshot| {
+            if let Some(stored) = stored_row {
+                // The version replaced must still be the one read when this commits.
+                if old.begin_snapshot >= snapshot {
+                    return Err(begins_too_late(
+                        &binding.row_key,
+                        old.begin_snapshot,
+                        snapshot,
+                    ));
+                }
+                t.conds.insert(old_key.clone(), Some(stored));
+            }
+            if let Some(raw) = raw_binding {
+                t.conds.insert(Bytes::copy_from_slice(&bkey), Some(raw));
+            }
+            let row_key = if space.layout == Layout::Id || old.begin_snapshot == snapshot {
+                // Unversioned, or a version this transaction wrote: rewrite it in place.
+                new.begin_snapshot = old.begin_snapshot;
+                old_key.clone()
+            } else {
+                old.end_snapshot = Some(snapshot);
+                old.writer_epoch = epoch;
+                t.writes
+                    .insert(old_key.clone(), Some(Bytes::from(old.encode_unchecked())));
+                let mut key = IdSpace::entity_prefix(&old_key);
+                key.extend_from_slice(&snapshot.to_be_bytes());
+                let key = Bytes::from(key);
+                new.begin_snapshot = snapshot;
+                let moved = Binding {
+                    row_key: key.to_vec(),
+                    ..binding.clone()
+                };
+                t.writes.insert(
+                    Bytes::copy_from_slice(&bkey),
+                    Some(Bytes::from(moved.encode_to_vec())),
+                );
+                t.prior.insert(key.clone(), old_key.clone());
+                key
+            };
+            t.writes
+                .insert(row_key.clone(), Some(Bytes::from(new.encode_unchecked())));
+            Ok(Placed {
+                id,
+                row_key: row_key.to_vec(),
+                snapshot,
+            })
+        })
+        .await
+    }
+
+    /// The binding of `id` when a live row holds it; [`Error::NotFound`] otherwise.
+    async fn live_binding(&self, space: &IdSpace, id: u64) -> Result<Binding> {
+        match self.bound(space, id).await? {
+            Some(b) if b.is_deleted() => Err(Error::NotFound(format!(
+                "key {id} of id space {:?} belongs to a row deleted at snapshot {}; it has no live row",
+                space.name,
+                b.deleted_at.unwrap_or(0)
+            ))),
+            Some(b) => Ok(b),
+            None => Err(Error::NotFound(format!(
+                "no row holds key {id} in id space {:?}",
+                space.name
+            ))),
+        }
     }
 
     /// Draw an issued key: if another session names the drawn key before it is placed, draw
@@ -452,36 +638,21 @@ impl Transaction {
         })
     }
 
-    /// Delete the row bound to `id`: end its version at this transaction's snapshot. The key
-    /// stays bound (a later insert naming it is refused) until PURGE frees it. Returns `false`
-    /// when no live row holds the key. A row inserted by this same transaction is simply
-    /// removed again, freeing its key.
+    /// Delete the row bound to `id`: end its live version at this transaction's snapshot. The
+    /// key stays bound (a later insert naming it is refused) until PURGE frees it. Returns
+    /// `false` when no live row holds the key. A row inserted by this same transaction is
+    /// simply removed again, freeing its key; a version made by this transaction's own update
+    /// is taken back, and the version that update ended stays the last one.
     pub async fn delete(&mut self, space: &'static IdSpace, id: u64) -> Result<bool> {
-        self.cat.writer_epoch()?;
+        let epoch = self.cat.writer_epoch()?;
         space.check_id(id)?;
         let bkey = space.binding_key(id);
         let own = self.writes.contains_key(bkey.as_slice());
-        let Some(binding) = self.bound(space, id).await? else {
-            return Ok(false);
+        let binding = match self.live_binding(space, id).await {
+            Ok(b) => b,
+            Err(Error::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e),
         };
-        if binding.is_deleted() {
-            return Ok(false);
-        }
-        let raw_binding = if own {
-            None
-        } else {
-            self.cat.inner.backend.get(&bkey).await?
-        };
-        let row_bytes = self.get(&binding.row_key).await?.ok_or_else(|| {
-            Error::corrupt(
-                &bkey,
-                format!(
-                    "binding names {} but no such row exists",
-                    keys::render(&binding.row_key)
-                ),
-            )
-        })?;
-        let mut row = Row::decode(&binding.row_key, &row_bytes)?;
         if own && self.placed.contains(&(space.code(), id)) {
             // Placed by this transaction: take it back, as a rollback of that insert would.
             self.writes.remove(bkey.as_slice());
@@ -490,39 +661,53 @@ impl Transaction {
             self.unregister(space, id);
             return Ok(true);
         }
-        let snapshot = self.write_snapshot().await?;
-        if row.begin_snapshot >= snapshot {
-            return Err(Error::Conflict {
-                message: format!(
-                    "row {} begins at snapshot {}, not before this transaction's snapshot {snapshot}",
-                    keys::render(&binding.row_key),
-                    row.begin_snapshot
-                ),
-                retryable: true,
-            });
-        }
-        row.end_snapshot = Some(snapshot);
-        row.writer_epoch = self.cat.writer_epoch()?;
-        let info = keys::tag_of(&binding.row_key)?;
-        let value = row.encode(info, &binding.row_key)?;
-        let new_binding = Binding {
+        let (mut row, stored_row) = self.live_row(&bkey, &binding).await?;
+        let deleted = |row_key: Vec<u8>, at: u64| Binding {
+            row_key,
             state: BindingState::Deleted as i32,
-            deleted_at: Some(snapshot),
+            deleted_at: Some(at),
             ..binding.clone()
         };
-        self.writes.insert(
-            Bytes::from(binding.row_key.clone()),
-            Some(Bytes::from(value)),
-        );
-        self.writes.insert(
-            Bytes::copy_from_slice(&bkey),
-            Some(Bytes::from(new_binding.encode_to_vec())),
-        );
-        if !own {
-            self.conds
-                .insert(Bytes::copy_from_slice(&bkey), raw_binding);
+        if let Some(ended) = self.prior.remove(binding.row_key.as_slice()) {
+            // The live version is this transaction's own update; the one it ended (at this
+            // transaction's snapshot) becomes the last version.
+            let snapshot = self.write_snapshot.unwrap_or(row.begin_snapshot);
+            self.writes.remove(binding.row_key.as_slice());
+            let b = deleted(ended.to_vec(), snapshot);
+            self.writes.insert(
+                Bytes::copy_from_slice(&bkey),
+                Some(Bytes::from(b.encode_to_vec())),
+            );
+            return Ok(true);
         }
-        Ok(true)
+        let raw_binding = if own {
+            None
+        } else {
+            self.cat.inner.backend.get(&bkey).await?
+        };
+        let row_key = Bytes::from(binding.row_key.clone());
+        self.with_snapshot(move |t, snapshot| {
+            if row.begin_snapshot >= snapshot {
+                return Err(begins_too_late(&row_key, row.begin_snapshot, snapshot));
+            }
+            row.end_snapshot = Some(snapshot);
+            row.writer_epoch = epoch;
+            if let Some(stored) = stored_row {
+                t.conds.insert(row_key.clone(), Some(stored));
+            }
+            if let Some(raw) = raw_binding {
+                t.conds.insert(Bytes::copy_from_slice(&bkey), Some(raw));
+            }
+            t.writes
+                .insert(row_key.clone(), Some(Bytes::from(row.encode_unchecked())));
+            let b = deleted(row_key.to_vec(), snapshot);
+            t.writes.insert(
+                Bytes::copy_from_slice(&bkey),
+                Some(Bytes::from(b.encode_to_vec())),
+            );
+            Ok(true)
+        })
+        .await
     }
 
     /// Commit: everything lands atomically, or nothing does.
@@ -548,6 +733,34 @@ impl Transaction {
             batch.expect(k, v);
         }
         let guard = cat.inner.commit_lock.lock().await;
+        // Snapshots publish in ascending order (see "Snapshot order" above).
+        if let Some(s) = self.write_snapshot {
+            let published = cat
+                .inner
+                .published
+                .load(std::sync::atomic::Ordering::Acquire);
+            if s <= published {
+                drop(guard);
+                // A key this transaction binds that another commit bound meanwhile is the more
+                // precise refusal (two DuckLake writers naming one snapshot id get 23505).
+                for (code, id) in &self.placed {
+                    if let Some(space) = keystone::space_by_code(*code) {
+                        if let Some(b) = cat.binding(space, *id).await? {
+                            return Err(already_exists(space, *id, &b));
+                        }
+                    }
+                }
+                return Err(Error::Conflict {
+                    message: format!(
+                        "this transaction writes at snapshot {s}, but snapshot {published} was \
+                         committed after it began writing and readers may already see it; a \
+                         commit at {s} would change what they see; nothing was committed, run \
+                         the transaction again"
+                    ),
+                    retryable: true,
+                });
+            }
+        }
         // Issued keys need the "still unbound" precondition only when a session of this writer
         // has named a key at or above them since they were drawn; decided under the commit lock,
         // so a named insert that commits later is the one whose precondition refuses it.
@@ -566,8 +779,9 @@ impl Transaction {
                     space.counter_key(),
                     Bytes::copy_from_slice(&need.to_be_bytes()),
                 );
-                raises.push((st, *need));
             }
+            // The mark moves only once the key has committed (a rolled-back key leaves it).
+            raises.push((st, *need));
         }
         // Group commit: the batch is applied (preconditions checked) under the commit lock, but
         // its durability barrier is awaited after the lock is released, so commits that arrive
@@ -577,7 +791,12 @@ impl Transaction {
         match cat.write_fenced(batch, Durability::Buffered).await {
             Ok(()) => {
                 for (st, need) in raises {
-                    st.raise_ceiling(need);
+                    st.committed_named(need);
+                }
+                if let Some(s) = self.write_snapshot {
+                    cat.inner
+                        .published
+                        .fetch_max(s, std::sync::atomic::Ordering::AcqRel);
                 }
                 let seq = cat.inner.group.applied();
                 self.done_building();
@@ -639,6 +858,148 @@ impl Drop for Transaction {
     fn drop(&mut self) {
         self.done_building();
         release(&self.cat, std::mem::take(&mut self.placed));
+    }
+}
+
+/// The table of an id space.
+fn table_of(space: &IdSpace) -> Result<&'static TagInfo> {
+    space
+        .table
+        .info()
+        .ok_or_else(|| Error::NotFound(format!("table of id space {:?}", space.name)))
+}
+
+/// A row table that no id space owns: the only tables [`Transaction::put_row`] and
+/// [`Transaction::delete_key`] write.
+fn raw_row_table(key: &[u8], what: &str) -> Result<&'static TagInfo> {
+    let info = keys::tag_of(key)?;
+    Key::decode(key)?;
+    if info.value != ValueKind::Row {
+        return Err(Error::InvalidArgument(format!(
+            "{} holds no rows; {what} writes row tables only",
+            info.name
+        )));
+    }
+    if let Some(space) = space_of_table(info.tag) {
+        return Err(Error::InvalidArgument(format!(
+            "{} is a row of id space {:?}; {what} does not write those: insert, update and \
+             delete keep its key's binding and the space's mark consistent",
+            keys::render(key),
+            space.name
+        )));
+    }
+    Ok(info)
+}
+
+/// A parent id must be an id too.
+fn check_parent(space: &IdSpace, parent: u64) -> Result<()> {
+    if parent == 0 || parent > keystone::MAX_ID {
+        return Err(Error::OutOfRange {
+            message: format!(
+                "parent id {parent} of a row of id space {:?} is outside [1, {}]",
+                space.name,
+                keystone::MAX_ID
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The parent id in a row key of a child space.
+fn parent_of(space: &IdSpace, row_key: &[u8]) -> Option<u64> {
+    if space.layout != Layout::ChildVersioned {
+        return None;
+    }
+    match Key::decode(row_key) {
+        Ok(Key::Row { fields, .. }) => fields.first().copied(),
+        _ => None,
+    }
+}
+
+/// The column holding a child row's parent id (e.g. `table_id` of a column).
+fn parent_column(space: &IdSpace, table: &TagInfo) -> Option<(&'static str, usize)> {
+    if space.layout != Layout::ChildVersioned {
+        return None;
+    }
+    let name = *table.key_fields.first()?;
+    Some((name, table.column_index(name)?))
+}
+
+/// The id column (and a child's parent column) must agree with the key, or be NULL. `id` is
+/// `None` for a key the engine will issue: then the id column must be NULL.
+fn check_identity(
+    space: &IdSpace,
+    table: &TagInfo,
+    cells: &[Value],
+    id: Option<u64>,
+    parent: Option<u64>,
+) -> Result<()> {
+    let id_col = space
+        .id_column()
+        .and_then(|c| Some((c, table.column_index(c)?)));
+    for (column, index, want) in [
+        id_col.map(|(c, i)| (c, i, id)),
+        parent_column(space, table).map(|(c, i)| (c, i, parent)),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let cell = cells.get(index).unwrap_or(&Value::Null);
+        if *cell == Value::Null {
+            continue;
+        }
+        match want {
+            Some(w) if *cell == Value::Int(w as i64) => {}
+            Some(w) => {
+                return Err(Error::InvalidArgument(format!(
+                    "column {column}={cell} of a {} row contradicts its key, whose {column} is \
+                     {w}: leave the column NULL or give the same value",
+                    table.name
+                )))
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "column {column}={cell} of a {} row whose key the engine issues: leave it \
+                     NULL, it is filled with the issued key",
+                    table.name
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fill the id column (and a child's parent column) when left NULL.
+fn fill_identity(
+    space: &IdSpace,
+    table: &TagInfo,
+    cells: &mut Vec<Value>,
+    id: u64,
+    parent: Option<u64>,
+) {
+    let id_col = space.id_column().and_then(|c| table.column_index(c));
+    let parent_col = parent_column(space, table).map(|(_, i)| i);
+    for (index, value) in [(id_col, Some(id)), (parent_col, parent)] {
+        let (Some(index), Some(value)) = (index, value) else {
+            continue;
+        };
+        if cells.len() <= index {
+            cells.resize(index + 1, Value::Null);
+        }
+        if cells[index] == Value::Null {
+            cells[index] = Value::Int(value as i64);
+        }
+    }
+}
+
+fn begins_too_late(row_key: &[u8], begin: u64, snapshot: u64) -> Error {
+    Error::Conflict {
+        message: format!(
+            "row {} begins at snapshot {begin}, not before this transaction's snapshot \
+             {snapshot}: it was written after this transaction began writing; run it again",
+            keys::render(row_key)
+        ),
+        retryable: true,
     }
 }
 

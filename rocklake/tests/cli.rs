@@ -140,14 +140,14 @@ fn conformance_command_qualifies_memory_and_a_folder_and_refuses_data() {
     let out = ok(&["conformance", "memory://"]);
     assert!(
         out.contains("| ordering |")
-            && out.contains("conformance: 17 passed, 0 failed (3 not applicable)"),
+            && out.contains("conformance: 18 passed, 0 failed (3 not applicable)"),
         "{out}"
     );
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().display());
     let out = ok(&["conformance", &url, "--crash-rounds", "3"]);
     assert!(
-        out.contains("conformance: 20 passed, 0 failed (0 not applicable)"),
+        out.contains("conformance: 21 passed, 0 failed (0 not applicable)"),
         "{out}"
     );
     // A store that holds data is refused unless --clear is given.
