@@ -1,4 +1,5 @@
-//! The `rocklake` command: create, inspect, verify and exercise RockLake catalogs.
+//! The `rocklake` command (package `rocklake-cli`): create, inspect, verify and exercise
+//! RockLake catalogs.
 //!
 //! Run without a subcommand it does RockLake's main job on the embedded default: it qualifies
 //! the engines compiled in (the conformance suite on a local folder and in memory).
