@@ -7,6 +7,7 @@
 //! - the value decodes as its table's kind (row, counter, audit entry, binding);
 //! - a row's MVCC interval is well formed, its begin snapshot agrees with its key, and it has no
 //!   more cells than its table has columns;
+//! - a row of an id space whose id column holds a value (not NULL) holds the id its key names;
 //! - a Keystone binding names an id below its space's mark and a row that exists.
 
 use std::collections::HashMap;
@@ -15,9 +16,10 @@ use std::fmt;
 use crate::backend::{KeyRange, Order, Pager, ReadView};
 use crate::error::Result;
 use crate::keys::{self, Key};
-use crate::keystone;
+use crate::keystone::{self, Layout};
 use crate::tags::ValueKind;
-use crate::values::{self, Binding, Row};
+use crate::txn::space_of_table;
+use crate::values::{self, Binding, Row, Value};
 
 /// [`verify`] calls its progress callback every this many keys.
 pub const PROGRESS_EVERY: u64 = 100_000;
@@ -40,6 +42,17 @@ pub enum Finding {
         /// What is wrong.
         detail: String,
     },
+    /// A row of an id space whose id column holds another id than its key.
+    IdColumn {
+        /// The row's key.
+        key: Key,
+        /// The id column.
+        column: &'static str,
+        /// The id in the key.
+        key_id: u64,
+        /// What the id column holds.
+        cell: Value,
+    },
 }
 
 impl fmt::Display for Finding {
@@ -47,6 +60,15 @@ impl fmt::Display for Finding {
         match self {
             Finding::Key { key, error } => write!(f, "key [{}]: {error}", keys::hex(key)),
             Finding::Value { key, detail } => write!(f, "{key}: {detail}"),
+            Finding::IdColumn {
+                key,
+                column,
+                key_id,
+                cell,
+            } => write!(
+                f,
+                "{key}: column {column} holds {cell} but the key's id is {key_id}"
+            ),
         }
     }
 }
@@ -67,8 +89,9 @@ impl Report {
     }
 }
 
-/// Walk every key of `view`; report undecodable keys and values, contradictory versions,
-/// bindings to missing rows and ids at or above their space's mark. `progress(walked, findings)`
+/// Walk every key of `view`; report undecodable keys and values, contradictory versions, id
+/// columns that contradict their key, bindings to missing rows and ids at or above their space's
+/// mark. `progress(walked, findings)`
 /// is called every [`PROGRESS_EVERY`] keys with the keys walked and the findings so far.
 ///
 /// Errors only when the store cannot be read; what is wrong with its contents is in the
@@ -101,8 +124,10 @@ pub async fn verify(view: &dyn ReadView, mut progress: impl FnMut(u64, usize)) -
                     continue;
                 }
             };
-            if let Err(detail) = check_value(view, &key, &k, &v, &marks).await {
-                findings.push(Finding::Value { key, detail });
+            match check_value(view, &key, &k, &v, &marks).await {
+                Err(detail) => findings.push(Finding::Value { key, detail }),
+                Ok(Some(row)) => findings.extend(check_id_column(&key, &row)),
+                Ok(None) => {}
             }
         }
     }
@@ -118,7 +143,7 @@ async fn check_value(
     raw: &[u8],
     value: &[u8],
     marks: &HashMap<u8, Option<u64>>,
-) -> Result<(), String> {
+) -> Result<Option<Row>, String> {
     let info = keys::tag_of(raw).map_err(|e| e.to_string())?;
     match info.value {
         ValueKind::U64 => {
@@ -151,10 +176,11 @@ async fn check_value(
                     info.columns.len()
                 ));
             }
+            return Ok(Some(row));
         }
         ValueKind::Index => {
             let Key::Binding { space, id } = key else {
-                return Ok(());
+                return Ok(None);
             };
             let b = Binding::decode_at(raw, value).map_err(|e| e.to_string())?;
             let Some(s) = keystone::space_by_code(*space) else {
@@ -188,5 +214,34 @@ async fn check_value(
             }
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// A row of an id space must hold, in its id column, the id its key names (or NULL there): the
+/// key's first field for `Id`/`IdVersioned` spaces, the second (after the parent) for
+/// `ChildVersioned` ones. `Custom` spaces build their keys otherwise and are not checked.
+fn check_id_column(key: &Key, row: &Row) -> Option<Finding> {
+    let Key::Row { tag, fields } = key else {
+        return None;
+    };
+    let space = space_of_table(*tag)?;
+    let key_id = match space.layout {
+        Layout::Id | Layout::IdVersioned => fields.first(),
+        Layout::ChildVersioned => fields.get(1),
+        Layout::Custom => None,
+    }
+    .copied()?;
+    let column = space.id_column()?;
+    let cell = row.get(tag.info()?, column);
+    let agrees = match &cell {
+        Value::Null => true,
+        Value::Int(v) => u64::try_from(*v) == Ok(key_id),
+        _ => false,
+    };
+    (!agrees).then(|| Finding::IdColumn {
+        key: key.clone(),
+        column,
+        key_id,
+        cell,
+    })
 }
