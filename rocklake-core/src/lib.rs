@@ -11,6 +11,7 @@
 //! | [`catalog`] | writer epoch and fencing, readers, PURGE, GC |
 //! | [`txn`] | transactions: a read view plus a write set, one atomic batch |
 //! | [`keystone`] | id spaces, marks, issued and named keys, DESCRIBE and SHOW BUDGET |
+//! | [`verify`] | a walk of the whole key space that reports what does not decode or contradicts itself |
 //!
 //! This crate depends on no engine: engines live in `rocklake-slatedb`, `rocklake-rocksdb` and
 //! `rocklake-sled`.
@@ -26,6 +27,7 @@ pub mod mvcc;
 pub mod tags;
 pub mod txn;
 pub mod values;
+pub mod verify;
 
 pub use backend::{
     Capabilities, Durability, KeyRange, KvBackend, KvPair, Order, Pager, ReadView, ReadViewExt,

@@ -429,6 +429,59 @@ pub fn render_value(key: &[u8], bytes: &[u8]) -> Result<String> {
     })
 }
 
+/// Parse `COLUMN=VALUE` texts (the `rocklake insert --set` arguments) into the cells of a row of
+/// `table`: each value is read by its column's type (integers, `true`/`false`, text, hex bytes;
+/// `null` in any case is NULL), unnamed columns are NULL, and trailing NULLs are dropped.
+pub fn parse_cells(table: &TagInfo, set: &[impl AsRef<str>]) -> Result<Vec<Value>> {
+    let mut cells = vec![Value::Null; table.columns.len()];
+    for item in set {
+        let item = item.as_ref();
+        let (name, text) = item
+            .split_once('=')
+            .ok_or_else(|| Error::InvalidArgument(format!("--set {item:?} is not COLUMN=VALUE")))?;
+        let i = table.column_index(name).ok_or_else(|| {
+            let names: Vec<&str> = table.columns.iter().map(|c| c.name).collect();
+            Error::InvalidArgument(format!(
+                "{} has no column {name:?}; its columns are: {}",
+                table.name,
+                names.join(", ")
+            ))
+        })?;
+        let col = table.columns[i];
+        cells[i] = if text.eq_ignore_ascii_case("null") {
+            Value::Null
+        } else {
+            match col.ty {
+                ColType::BigInt | ColType::TimestampTz => {
+                    Value::Int(text.parse().map_err(|_| {
+                        Error::InvalidArgument(format!(
+                            "column {name} is {} but {text:?} is not an integer",
+                            col.ty.sql()
+                        ))
+                    })?)
+                }
+                ColType::Bool => Value::Bool(match text {
+                    "true" | "t" | "1" => true,
+                    "false" | "f" | "0" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "column {name} is boolean but {text:?} is neither true nor false"
+                        )))
+                    }
+                }),
+                ColType::Text | ColType::Uuid => Value::Text(text.to_string()),
+                ColType::Bytes => {
+                    Value::Bytes(keys::parse_hex(text).map_err(Error::InvalidArgument)?)
+                }
+            }
+        };
+    }
+    while cells.last() == Some(&Value::Null) {
+        cells.pop();
+    }
+    Ok(cells)
+}
+
 /// A direct reader of the row envelope's wire format: decodes straight into [`Value`]s (no
 /// intermediate `Cell` vector) and lets a scan test visibility without decoding any cell.
 ///
@@ -747,6 +800,37 @@ mod tests {
 
     fn table() -> &'static TagInfo {
         tags::TABLE.info().unwrap()
+    }
+
+    #[test]
+    fn parse_cells_reads_each_column_by_its_type() {
+        let cells = parse_cells(
+            table(),
+            &["table_name=orders", "schema_id=7", "path_is_relative=t"],
+        )
+        .unwrap();
+        assert_eq!(
+            cells,
+            vec![
+                Value::Null,
+                Value::Null,
+                Value::Int(7),
+                Value::Text("orders".into()),
+                Value::Null,
+                Value::Bool(true)
+            ]
+        );
+        assert_eq!(parse_cells(table(), &["table_id=NULL"]).unwrap(), vec![]);
+        let e = parse_cells(table(), &["schema_id=x"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not an integer"), "{e}");
+        let e = parse_cells(table(), &["nope=1"]).unwrap_err().to_string();
+        assert!(e.contains("has no column \"nope\""), "{e}");
+        let e = parse_cells(table(), &["table_name"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not COLUMN=VALUE"), "{e}");
     }
 
     #[test]

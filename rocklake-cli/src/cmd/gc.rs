@@ -1,0 +1,18 @@
+//! `rocklake gc`: remove row versions that ended at or before retain-from.
+
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use crate::{print, writer, CliResult};
+
+pub(crate) async fn run(url: String, json: bool) -> CliResult {
+    let cat = writer(&url).await?;
+    let r = cat.gc().await;
+    cat.close().await?;
+    let n = r?;
+    print(json, json!({"versions_removed": n}), || {
+        format!("GC removed {n} versions")
+    });
+    Ok(ExitCode::SUCCESS)
+}

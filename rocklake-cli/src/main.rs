@@ -1,0 +1,247 @@
+//! The `rocklake` command (package `rocklake-cli`): create, inspect, verify and exercise
+//! RockLake catalogs.
+//!
+//! Run without a subcommand it does RockLake's main job on the embedded default: it qualifies
+//! the engines compiled in (the conformance suite on a local folder and in memory).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use rocklake::{Catalog, Error};
+use serde_json::json;
+
+mod cmd;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rocklake",
+    version,
+    about = "RockLake: a DuckLake catalog on an embedded key-value store"
+)]
+struct Cli {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create a catalog (or open an existing one as the new writer).
+    Init { url: String },
+    /// Engine, format version, writer epoch, retain-from and keys per table.
+    Info { url: String },
+    /// Decode keys given in hex, as the tag document's hex-dump guide reads them.
+    Inspect {
+        /// Keys in hex: `05 00 00 00 00 00 00 00 2a ...` (quote it) or `05000000000000002a...`.
+        #[arg(required = true)]
+        hex: Vec<String>,
+    },
+    /// List the rows of one table, keys decoded and values decoded as rows.
+    Scan {
+        url: String,
+        /// Table name, e.g. ducklake_table.
+        #[arg(long, conflicts_with = "tag")]
+        table: Option<String>,
+        /// Tag byte, e.g. 0x05.
+        #[arg(long)]
+        tag: Option<String>,
+        /// Show only row versions visible at this snapshot.
+        #[arg(long)]
+        at: Option<u64>,
+        /// Stop after this many rows.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// DESCRIBE: the mark and budget of one id space, or of all.
+    Describe { url: String, space: Option<String> },
+    /// SHOW BUDGET: key use of every id space with warnings.
+    Budget { url: String },
+    /// Insert a row into an id space with a named (--id) or issued key.
+    Insert {
+        url: String,
+        /// Id space: table, schema, snapshot, view, ... (see `describe`).
+        #[arg(long)]
+        space: String,
+        /// Name the key; leave out to have the engine issue one.
+        #[arg(long)]
+        id: Option<String>,
+        /// Parent id for child spaces (column, file, delete-file): the table id.
+        #[arg(long)]
+        parent: Option<u64>,
+        /// Column values, `name=value` (repeatable).
+        #[arg(long = "set", value_name = "COLUMN=VALUE")]
+        set: Vec<String>,
+    },
+    /// Delete the row bound to a key (the key stays bound until PURGE).
+    Delete {
+        url: String,
+        #[arg(long)]
+        space: String,
+        #[arg(long)]
+        id: String,
+    },
+    /// PURGE: free the keys of deleted rows in a range. Needs --admin.
+    Purge {
+        url: String,
+        #[arg(long)]
+        space: String,
+        /// First key of the range.
+        #[arg(long)]
+        from: String,
+        /// Last key of the range (default: --from).
+        #[arg(long)]
+        to: Option<String>,
+        /// Confirm the admin capability PURGE needs.
+        #[arg(long)]
+        admin: bool,
+        /// Who is purging (recorded in the audit log).
+        #[arg(long, default_value = "rocklake-cli")]
+        actor: String,
+    },
+    /// Raise the retain-from floor (the oldest snapshot that may still be read).
+    RetainFrom { url: String, snapshot: u64 },
+    /// Remove row versions that ended at or before retain-from.
+    Gc { url: String },
+    /// Walk the whole key space and report what does not decode or contradicts itself.
+    Verify { url: String },
+    /// Run the conformance suite against a store URL and print a pass/fail table.
+    Conformance {
+        /// Store URL; without one, qualifies every compiled engine on a temporary folder and in memory.
+        url: Option<String>,
+        /// Kill-and-reopen rounds of the crash check (needs a persistent store).
+        #[arg(long, default_value_t = 20)]
+        crash_rounds: usize,
+        /// Allow clearing a store that already holds data.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// Benchmark every compiled engine side by side (against raw engine calls and SQLite).
+    Bench {
+        /// Engines to run (slatedb, rocksdb, sled, model); default: every compiled one.
+        #[arg(long, value_delimiter = ',')]
+        engines: Vec<String>,
+        /// A short run (seconds per engine) instead of the full one.
+        #[arg(long)]
+        quick: bool,
+        /// Write bench.json, bench.md and SVG charts into this folder.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Workload groups to run (codec, point, scan, batch, keystone, mvcc, catalog,
+        /// group-commit); default: all.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<String>,
+    },
+    /// Print the tag registry (as markdown with --markdown).
+    Tags {
+        #[arg(long)]
+        markdown: bool,
+    },
+    #[command(hide = true)]
+    CrashChild { url: String },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.json;
+    let result = match cli.command {
+        None => main_job(json).await,
+        Some(c) => run(c, json).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if json {
+                eprintln!(
+                    "{}",
+                    json!({"error": e.to_string(), "kind": e.kind(), "sqlstate": e.sqlstate()})
+                );
+            } else {
+                eprintln!("ERR {e}");
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    eprintln!("  caused by: {s}");
+                    source = s.source();
+                }
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+type CliResult = Result<ExitCode, Error>;
+
+/// The main job on the embedded default: qualify the compiled engines, then a quick benchmark.
+async fn main_job(json: bool) -> CliResult {
+    let code = cmd::conformance::qualify(json).await?;
+    if code != ExitCode::SUCCESS {
+        return Ok(code);
+    }
+    cmd::bench::run(vec![], vec![], true, None, json).await
+}
+
+fn print(json: bool, value: serde_json::Value, text: impl FnOnce() -> String) {
+    if json {
+        println!("{value}");
+    } else {
+        println!("{}", text());
+    }
+}
+
+async fn writer(url: &str) -> Result<Catalog, Error> {
+    Catalog::open(rocklake::open(url).await?).await
+}
+
+async fn reader(url: &str) -> Result<Catalog, Error> {
+    Catalog::open_read_only(rocklake::open(url).await?).await
+}
+async fn run(command: Command, json: bool) -> CliResult {
+    match command {
+        Command::Init { url } => cmd::init::run(url, json).await,
+        Command::Info { url } => cmd::info::run(url, json).await,
+        Command::Inspect { hex } => cmd::inspect::run(hex, json).await,
+        Command::Scan {
+            url,
+            table,
+            tag,
+            at,
+            limit,
+        } => cmd::scan::run(url, table, tag, at, limit, json).await,
+        Command::Describe { url, space } => cmd::describe::run(url, space, json).await,
+        Command::Budget { url } => cmd::budget::run(url, json).await,
+        Command::Insert {
+            url,
+            space,
+            id,
+            parent,
+            set,
+        } => cmd::insert::run(url, space, id, parent, set, json).await,
+        Command::Delete { url, space, id } => cmd::delete::run(url, space, id, json).await,
+        Command::Purge {
+            url,
+            space,
+            from,
+            to,
+            admin,
+            actor,
+        } => cmd::purge::run(url, space, from, to, admin, actor, json).await,
+        Command::RetainFrom { url, snapshot } => cmd::retain_from::run(url, snapshot, json).await,
+        Command::Gc { url } => cmd::gc::run(url, json).await,
+        Command::Verify { url } => cmd::verify::run(url, json).await,
+        Command::Conformance {
+            url,
+            crash_rounds,
+            clear,
+        } => cmd::conformance::run(url, crash_rounds, clear, json).await,
+        Command::Bench {
+            engines,
+            quick,
+            out,
+            groups,
+        } => cmd::bench::run(engines, groups, quick, out, json).await,
+        Command::Tags { markdown } => cmd::tags::run(markdown, json).await,
+        Command::CrashChild { url } => cmd::conformance::crash_child(&url).await,
+    }
+}
