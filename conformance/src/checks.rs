@@ -1,5 +1,6 @@
 //! The checks. Each returns `Ok(Outcome)` or `Err(message naming what failed)`.
 
+use rocklake_core::ErrorKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -932,7 +933,7 @@ pub async fn keystone_examples(t: &Target) -> CheckResult {
         .err()
         .ok_or("duplicate 100 was accepted")?;
     ensure!(
-        dup.kind() == "AlreadyExists" && dup.to_string().contains("duplicate key 100"),
+        dup.kind() == ErrorKind::AlreadyExists && dup.to_string().contains("duplicate key 100"),
         "duplicate 100: {dup}"
     );
     let big = name_key(&cat, 281_474_976_710_656)
@@ -940,7 +941,7 @@ pub async fn keystone_examples(t: &Target) -> CheckResult {
         .err()
         .ok_or("2^48 was accepted")?;
     ensure!(
-        big.kind() == "OutOfRange" && big.to_string().contains("[1, 281474976710655]"),
+        big.kind() == ErrorKind::OutOfRange && big.to_string().contains("[1, 281474976710655]"),
         "2^48: {big}"
     );
     ensure!(
@@ -985,9 +986,9 @@ pub async fn keystone_refusals(t: &Target) -> CheckResult {
     name_key(&cat, 7).await.map_err(ctx("name"))?;
     let before = dump(cat.backend().as_ref()).await.map_err(ctx("dump"))?;
     for (id, kind) in [
-        (0u64, "OutOfRange"),
-        (MAX_ID + 1, "OutOfRange"),
-        (7, "AlreadyExists"),
+        (0u64, ErrorKind::OutOfRange),
+        (MAX_ID + 1, ErrorKind::OutOfRange),
+        (7, ErrorKind::AlreadyExists),
     ] {
         let e = name_key(&cat, id)
             .await
@@ -1003,7 +1004,7 @@ pub async fn keystone_refusals(t: &Target) -> CheckResult {
         .parse_id("seven")
         .err()
         .ok_or("non-integer accepted")?;
-    ensure!(e.kind() == "InvalidArgument", "non-integer: {e}");
+    ensure!(e.kind() == ErrorKind::InvalidArgument, "non-integer: {e}");
     ensure!(
         dump(cat.backend().as_ref()).await.map_err(ctx("dump"))? == before,
         "a refused insert changed the store"
@@ -1024,7 +1025,7 @@ pub async fn keystone_refusals(t: &Target) -> CheckResult {
         .err()
         .ok_or("both writers of key 42 committed")?;
     ensure!(
-        e.kind() == "AlreadyExists" && e.sqlstate() == "23505",
+        e.kind() == ErrorKind::AlreadyExists && e.sqlstate() == "23505",
         "losing writer got {e}"
     );
     cat.close().await.map_err(ctx("close"))?;
@@ -1193,7 +1194,7 @@ pub async fn keystone_eight_draws(t: &Target) -> CheckResult {
         .err()
         .ok_or("an issued insert survived 8 named draws")?;
     ensure!(
-        e.kind() == "AlreadyExists" && e.to_string().contains("last 8 keys drawn"),
+        e.kind() == ErrorKind::AlreadyExists && e.to_string().contains("last 8 keys drawn"),
         "after 8 draws: {e}"
     );
     let id = issue_key(&cat)
@@ -1368,12 +1369,15 @@ pub async fn fencing(t: &Target) -> CheckResult {
         .await
         .err()
         .ok_or("the fenced writer's commit landed")?;
-    ensure!(e.kind() == "Fenced", "fenced writer's commit: {e}");
+    ensure!(e.kind() == ErrorKind::Fenced, "fenced writer's commit: {e}");
     let e = name_key(&old, 3)
         .await
         .err()
         .ok_or("the fenced writer committed again")?;
-    ensure!(e.kind() == "Fenced", "fenced writer's second commit: {e}");
+    ensure!(
+        e.kind() == ErrorKind::Fenced,
+        "fenced writer's second commit: {e}"
+    );
     ensure!(
         name_key(&new, 4).await.map_err(ctx("new writer"))? == 4,
         "the new writer cannot commit"
@@ -1582,7 +1586,7 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
                         bound.insert(id, false);
                         mark = mark.max(id + 1);
                     }
-                    (true, Err(e)) if e.kind() == "AlreadyExists" => {}
+                    (true, Err(e)) if e.kind() == ErrorKind::AlreadyExists => {}
                     (was, r) => {
                         return Err(format!(
                             "step {i}: naming {id} (bound before: {was}) gave {r:?}"
@@ -1706,7 +1710,7 @@ pub async fn bad_bytes(t: &Target) -> CheckResult {
         .err()
         .ok_or("a corrupt row was read without error")?;
     ensure!(
-        e.kind() == "Corrupt" && e.to_string().contains("table_id=9"),
+        e.kind() == ErrorKind::Corrupt && e.to_string().contains("table_id=9"),
         "corrupt row: {e}"
     );
     drop(r);

@@ -73,6 +73,41 @@ fn keystone_walkthrough(url: &str) {
     );
     let v = ok(&["verify", url]);
     assert!(v.contains("0 findings, clean"), "{v}");
+
+    // The id column must agree with the key; a literal too long for any integer type is
+    // OutOfRange (22003) like any other key outside the space; nothing of either lands.
+    let (success, _, err) = rocklake(&[
+        "insert",
+        url,
+        "--space",
+        "table",
+        "--id",
+        "600",
+        "--set",
+        "table_id=999",
+    ]);
+    assert!(!success && err.contains("table_id=999"), "{err}");
+    let huge = "9".repeat(40);
+    let (success, _, err) = rocklake(&["insert", url, "--space", "table", "--id", &huge, "--json"]);
+    assert!(!success && err.contains("\"sqlstate\":\"22003\""), "{err}");
+    assert!(!ok(&["scan", url, "--table", "ducklake_table"]).contains("table_id=600"));
+    // A read below retain-from is refused, naming the floor.
+    let floor: u64 = current.parse().unwrap();
+    assert!(floor > 1, "the walkthrough committed several snapshots");
+    {
+        let (success, _, err) = rocklake(&[
+            "scan",
+            url,
+            "--table",
+            "ducklake_table",
+            "--at",
+            &(floor - 1).to_string(),
+        ]);
+        assert!(
+            !success && err.contains(&format!("below retain-from {floor}")),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -159,23 +159,24 @@ impl Error {
         }
     }
 
-    /// A short, stable name for the kind of error (used by `--json` output and reports).
-    pub fn kind(&self) -> &'static str {
+    /// The kind of error: one fieldless value per variant, for matching and for `--json`
+    /// output (it serialises as its name).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::AlreadyExists { .. } => "AlreadyExists",
-            Error::OutOfRange { .. } => "OutOfRange",
-            Error::InvalidArgument(_) => "InvalidArgument",
-            Error::Key(_) => "InvalidKey",
-            Error::Corrupt { .. } => "Corrupt",
-            Error::NotFound(_) => "NotFound",
-            Error::Fenced { .. } => "Fenced",
-            Error::Conflict { .. } => "Conflict",
-            Error::ConditionFailed { .. } => "ConditionFailed",
-            Error::Locked { .. } => "Locked",
-            Error::Closed => "Closed",
-            Error::PermissionDenied(_) => "PermissionDenied",
-            Error::Engine { .. } => "Engine",
-            Error::Unsupported(_) => "Unsupported",
+            Error::AlreadyExists { .. } => ErrorKind::AlreadyExists,
+            Error::OutOfRange { .. } => ErrorKind::OutOfRange,
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::Key(_) => ErrorKind::InvalidKey,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::Fenced { .. } => ErrorKind::Fenced,
+            Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::ConditionFailed { .. } => ErrorKind::ConditionFailed,
+            Error::Locked { .. } => ErrorKind::Locked,
+            Error::Closed => ErrorKind::Closed,
+            Error::PermissionDenied(_) => ErrorKind::PermissionDenied,
+            Error::Engine { .. } => ErrorKind::Engine,
+            Error::Unsupported(_) => ErrorKind::Unsupported,
         }
     }
 
@@ -198,5 +199,46 @@ impl Error {
             key: crate::keys::render(key),
             reason: reason.into(),
         }
+    }
+}
+
+/// What kind of [`Error`] happened, without its details: see [`Error::kind`]. Each kind is
+/// named after the variant it stands for ([`ErrorKind::InvalidKey`] for [`Error::Key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::AlreadyExists`].
+    AlreadyExists,
+    /// [`Error::OutOfRange`].
+    OutOfRange,
+    /// [`Error::InvalidArgument`].
+    InvalidArgument,
+    /// [`Error::Key`].
+    InvalidKey,
+    /// [`Error::Corrupt`].
+    Corrupt,
+    /// [`Error::NotFound`].
+    NotFound,
+    /// [`Error::Fenced`].
+    Fenced,
+    /// [`Error::Conflict`].
+    Conflict,
+    /// [`Error::ConditionFailed`].
+    ConditionFailed,
+    /// [`Error::Locked`].
+    Locked,
+    /// [`Error::Closed`].
+    Closed,
+    /// [`Error::PermissionDenied`].
+    PermissionDenied,
+    /// [`Error::Engine`].
+    Engine,
+    /// [`Error::Unsupported`].
+    Unsupported,
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
     }
 }

@@ -536,12 +536,21 @@ mod tests {
     fn parse_id_separates_out_of_range_from_not_an_integer() {
         assert_eq!(TABLE.parse_id("500").unwrap(), 500);
         let e = TABLE.parse_id("281474976710656").unwrap_err();
-        assert_eq!(e.kind(), "OutOfRange");
+        assert_eq!(e.kind(), crate::error::ErrorKind::OutOfRange);
         assert!(e
             .to_string()
             .contains("key 281474976710656 is outside the Keystone id space [1, 281474976710655]"));
-        assert_eq!(TABLE.parse_id("0").unwrap_err().kind(), "OutOfRange");
-        assert_eq!(TABLE.parse_id("-3").unwrap_err().kind(), "OutOfRange");
-        assert_eq!(TABLE.parse_id("abc").unwrap_err().kind(), "InvalidArgument");
+        assert_eq!(
+            TABLE.parse_id("0").unwrap_err().kind(),
+            crate::error::ErrorKind::OutOfRange
+        );
+        assert_eq!(
+            TABLE.parse_id("-3").unwrap_err().kind(),
+            crate::error::ErrorKind::OutOfRange
+        );
+        assert_eq!(
+            TABLE.parse_id("abc").unwrap_err().kind(),
+            crate::error::ErrorKind::InvalidArgument
+        );
     }
 }

@@ -15,6 +15,7 @@
 //!
 //! This crate depends on no engine: engines live in `rocklake-slatedb`, `rocklake-rocksdb` and
 //! `rocklake-sled`.
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod backend;
@@ -34,7 +35,7 @@ pub use backend::{
     WriteBatch,
 };
 pub use catalog::{Admin, Catalog, CatalogOptions, Reader};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use keys::Key;
 pub use keystone::IdSpace;
 pub use memory::MemoryBackend;

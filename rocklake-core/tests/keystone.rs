@@ -1,6 +1,7 @@
 //! Every Keystone rule on the in-memory reference backend. The conformance crate runs the same
 //! rules against every engine.
 
+use rocklake_core::ErrorKind;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,7 +70,7 @@ async fn the_keystone_document_examples() {
     );
 
     let dup = name(&cat, 100).await.unwrap_err();
-    assert_eq!(dup.kind(), "AlreadyExists");
+    assert_eq!(dup.kind(), ErrorKind::AlreadyExists);
     assert_eq!(dup.sqlstate(), "23505");
     let msg = dup.to_string();
     assert!(
@@ -79,13 +80,16 @@ async fn the_keystone_document_examples() {
     );
 
     let big = name(&cat, 281_474_976_710_656).await.unwrap_err();
-    assert_eq!(big.kind(), "OutOfRange");
+    assert_eq!(big.kind(), ErrorKind::OutOfRange);
     assert!(
         big.to_string()
             .contains("key 281474976710656 is outside the Keystone id space [1, 281474976710655]"),
         "{big}"
     );
-    assert_eq!(name(&cat, 0).await.unwrap_err().kind(), "OutOfRange");
+    assert_eq!(
+        name(&cat, 0).await.unwrap_err().kind(),
+        ErrorKind::OutOfRange
+    );
 
     assert!(delete(&cat, 100).await);
     let again = name(&cat, 100).await.unwrap_err();
@@ -148,7 +152,7 @@ async fn nothing_of_a_refused_insert_lands() {
         )
         .await
         .unwrap_err();
-    assert_eq!(bad.kind(), "InvalidArgument");
+    assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
     assert!(t.is_empty());
 }
 
@@ -165,7 +169,7 @@ async fn two_writers_naming_one_key_exactly_one_lands() {
         .unwrap();
     a.commit().await.unwrap();
     let err = b.commit().await.unwrap_err();
-    assert_eq!(err.kind(), "AlreadyExists", "{err}");
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
     let r = cat.reader(None).await.unwrap();
     let (_, row) = r.by_id(&keystone::TABLE, 42).await.unwrap().unwrap();
     assert_eq!(row.cells[3], Value::Text("a".into()));
@@ -191,7 +195,7 @@ async fn an_issued_key_named_and_committed_by_another_session_is_refused_at_comm
     let (issuer, drawn) = placed_issued(&cat, "issued").await;
     assert_eq!(name(&cat, drawn).await.unwrap(), drawn);
     let err = issuer.commit().await.unwrap_err();
-    assert_eq!(err.kind(), "AlreadyExists", "{err}");
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
     let r = cat.reader(None).await.unwrap();
     let (_, row) = r.by_id(&keystone::TABLE, drawn).await.unwrap().unwrap();
     assert_eq!(
@@ -212,7 +216,7 @@ async fn an_issued_key_named_and_committed_by_another_session_is_refused_at_comm
         .unwrap();
     issuer.commit().await.unwrap();
     let err = namer.commit().await.unwrap_err();
-    assert_eq!(err.kind(), "AlreadyExists", "{err}");
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
     // Deleting an issued row placed by the same transaction frees it: nothing of it lands.
     let (mut t, id) = placed_issued(&cat, "gone").await;
     assert!(t.delete(&keystone::TABLE, id).await.unwrap());
@@ -444,7 +448,7 @@ async fn eight_draws_named_by_a_racing_session_refuse_the_insert() {
     .unwrap();
     *slot.lock().unwrap() = Some(cat.clone());
     let err = issue(&cat).await.unwrap_err();
-    assert_eq!(err.kind(), "AlreadyExists");
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists);
     assert!(err.to_string().contains("last 8 keys drawn"), "{err}");
     // The racer stops after 8: the next issued insert is placed on its first draw.
     assert_eq!(issue(&cat).await.unwrap(), 9);
@@ -493,14 +497,14 @@ async fn a_newer_writer_fences_the_older_one() {
         ),
         "{err}"
     );
-    assert_eq!(name(&old, 3).await.unwrap_err().kind(), "Fenced");
+    assert_eq!(name(&old, 3).await.unwrap_err().kind(), ErrorKind::Fenced);
     assert_eq!(
         old.issue_id(&keystone::FILE)
             .await
             .map(|_| ())
             .unwrap_err()
             .kind(),
-        "Fenced"
+        ErrorKind::Fenced
     );
     // Nothing of the fenced commits is visible; the new writer commits.
     assert!(new.binding(&keystone::TABLE, 2).await.unwrap().is_none());
@@ -514,7 +518,10 @@ async fn read_only_catalogs_refuse_writes_and_purge_is_admin_only_by_type() {
     let w = Catalog::open(backend.clone()).await.unwrap();
     name(&w, 10).await.unwrap();
     let ro = Catalog::open_read_only(backend.clone()).await.unwrap();
-    assert_eq!(name(&ro, 11).await.unwrap_err().kind(), "PermissionDenied");
+    assert_eq!(
+        name(&ro, 11).await.unwrap_err().kind(),
+        ErrorKind::PermissionDenied
+    );
     assert_eq!(ro.epoch(), None);
 }
 
@@ -553,7 +560,7 @@ async fn budget_lists_every_space_and_exhaustion_refuses() {
     let t = b.spaces.iter().find(|s| s.space == "table").unwrap();
     assert!(t.exhausted && t.warn && t.ids_remaining == 0);
     let err = issue(&cat).await.unwrap_err();
-    assert_eq!(err.kind(), "OutOfRange");
+    assert_eq!(err.kind(), ErrorKind::OutOfRange);
     assert!(err.to_string().contains("exhausted"), "{err}");
     // Named keys below the mark still work.
     assert_eq!(name(&cat, 3).await.unwrap(), 3);
@@ -596,6 +603,6 @@ async fn gc_never_changes_what_readers_at_or_above_the_floor_see() {
     assert_eq!(after.len(), 10);
     assert_eq!(
         cat.reader(Some(floor - 1)).await.unwrap_err().kind(),
-        "OutOfRange"
+        ErrorKind::OutOfRange
     );
 }

@@ -2,6 +2,7 @@
 //! that survives a restart, every write of an id-space row goes through Keystone, and a refused
 //! call leaves nothing behind. Each test here failed on the code before its fix.
 
+use rocklake_core::ErrorKind;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -178,10 +179,13 @@ async fn updates_go_through_keystone_and_delete_ends_the_live_version() {
     let err = t
         .put_row(&raw, &Row::new(1, table_cells("raw")))
         .unwrap_err();
-    assert_eq!(err.kind(), "InvalidArgument", "{err}");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.to_string().contains("id space \"table\""), "{err}");
     assert!(t.is_empty());
-    assert_eq!(t.delete_key(&raw).unwrap_err().kind(), "InvalidArgument");
+    assert_eq!(
+        t.delete_key(&raw).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
 
     let s1 = {
         let mut t = cat.begin().await.unwrap();
@@ -243,12 +247,12 @@ async fn updates_go_through_keystone_and_delete_ends_the_live_version() {
         .update(&keystone::TABLE, 9, table_cells("v3"))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "NotFound", "{err}");
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     let err = t
         .update(&keystone::TABLE, 10, table_cells("v3"))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "NotFound", "{err}");
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     assert!(t.is_empty(), "refused updates leave nothing");
 }
 
@@ -320,7 +324,7 @@ async fn a_refused_insert_leaves_nothing_behind() {
         .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("me"))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "AlreadyExists", "{err}");
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
     assert!(t.is_empty(), "the refused insert left {} writes", t.len());
     assert_eq!(t.snapshot(), None);
     let info = t.commit().await.unwrap();
@@ -340,13 +344,13 @@ async fn the_id_column_agrees_with_the_key() {
         .insert(&keystone::TABLE, KeyChoice::Named(600), cells.clone())
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "InvalidArgument", "{err}");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.to_string().contains("table_id=999"), "{err}");
     let err = t
         .insert(&keystone::TABLE, KeyChoice::Issued, cells.clone())
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "InvalidArgument", "{err}");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(t.is_empty());
     cells[0] = Value::Int(600);
     t.insert(&keystone::TABLE, KeyChoice::Named(600), cells.clone())
@@ -356,7 +360,7 @@ async fn the_id_column_agrees_with_the_key() {
     let mut t = cat.begin().await.unwrap();
     cells[0] = Value::Int(601);
     let err = t.update(&keystone::TABLE, 600, cells).await.unwrap_err();
-    assert_eq!(err.kind(), "InvalidArgument", "{err}");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     // A child's parent column must agree with its parent key too.
     let column = vec![
         Value::Null,
@@ -385,13 +389,13 @@ async fn out_of_range_at_every_edge() {
         let e = keystone::TABLE.parse_id(text).unwrap_err();
         assert_eq!(
             (e.kind(), e.sqlstate()),
-            ("OutOfRange", "22003"),
+            (ErrorKind::OutOfRange, "22003"),
             "{text}: {e}"
         );
     }
     assert_eq!(
         keystone::TABLE.parse_id("12abc").unwrap_err().kind(),
-        "InvalidArgument"
+        ErrorKind::InvalidArgument
     );
     let cat = Catalog::open(Arc::new(MemoryBackend::new())).await.unwrap();
     let mut t = cat.begin().await.unwrap();
@@ -400,7 +404,7 @@ async fn out_of_range_at_every_edge() {
             .insert_child(&keystone::COLUMN, parent, KeyChoice::Issued, vec![])
             .await
             .unwrap_err();
-        assert_eq!(e.kind(), "OutOfRange", "parent {parent}: {e}");
+        assert_eq!(e.kind(), ErrorKind::OutOfRange, "parent {parent}: {e}");
     }
     assert!(t.is_empty());
 }

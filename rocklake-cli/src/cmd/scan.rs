@@ -50,6 +50,14 @@ async fn scan(
 ) -> Result<(), Error> {
     let backend = rocklake::open(url).await?;
     let view = backend.view().await?;
+    if let Some(s) = at {
+        // Below retain-from, GC may have removed versions a reader at `s` would see.
+        if let Err(e) = rocklake::catalog::check_readable_at(view.as_ref(), s).await {
+            drop(view);
+            backend.close().await?;
+            return Err(e);
+        }
+    }
     let mut pager = Pager::new(
         view.as_ref(),
         KeyRange::prefix(&[info.tag.0]),
