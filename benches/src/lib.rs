@@ -8,6 +8,7 @@
 //!
 //! Timings are wall-clock samples of one operation each (or of a fixed-size group for very fast
 //! ones); the report gives the median and the 99th percentile.
+#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -9,6 +9,7 @@
 //! What an engine cannot do is declared by its [`Capabilities`]: a check that does not apply
 //! returns [`Outcome::NotApplicable`] with the reason, and the table shows it; nothing is skipped
 //! silently.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -3,6 +3,7 @@
 //!
 //! Run without a subcommand it does RockLake's main job on the embedded default: it qualifies
 //! the engines compiled in (the conformance suite on a local folder and in memory).
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -36,6 +36,7 @@
 //! Batch preconditions are checked and the batch applied under one in-process lock. Another
 //! process cannot interleave: it would have to open the store, which fences this one, so this
 //! writer's batch could not become durable.
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use std::fmt;

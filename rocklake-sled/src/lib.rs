@@ -61,6 +61,7 @@
 //! a raw sled call small. Durable writes (a flush), larger scans and batches, open and close run
 //! under [`tokio::task::spawn_blocking`]. An inline read of a page sled has not cached waits for
 //! the disk on the calling thread; a catalog's working set is small and normally cached.
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 mod error;

@@ -12,6 +12,7 @@
 //!
 //! `model://` opens the in-memory reference backend of the core (always available): the model
 //! the conformance suite compares engines against.
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use std::sync::Arc;
