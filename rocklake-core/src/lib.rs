@@ -8,8 +8,12 @@
 //! | [`mvcc`] | version visibility and what GC may drop |
 //! | [`backend`] | the [`KvBackend`] trait engines implement, with its contract |
 //! | [`memory`] | the in-memory reference backend (model and template) |
-//! | [`catalog`] | writer epoch and fencing, readers, PURGE, GC |
+//! | [`catalog`] | open and close, writer epoch and fencing, issuing ids |
+//! | [`group_commit`] | commits that arrive together share one durability barrier |
 //! | [`txn`] | transactions: a read view plus a write set, one atomic batch |
+//! | [`reader`] | readers at one snapshot: a view plus the MVCC filter |
+//! | [`maintenance`] | retain-from, PURGE and GC |
+//! | [`info`] | engine, format, epoch, floor and keys per table |
 //! | [`keystone`] | id spaces, marks, issued and named keys, DESCRIBE and SHOW BUDGET |
 //! | [`verify`] | a walk of the whole key space that reports what does not decode or contradicts itself |
 //!
@@ -21,10 +25,14 @@
 pub mod backend;
 pub mod catalog;
 pub mod error;
+pub mod group_commit;
+pub mod info;
 pub mod keys;
 pub mod keystone;
+pub mod maintenance;
 pub mod memory;
 pub mod mvcc;
+pub mod reader;
 pub mod tags;
 pub mod txn;
 pub mod values;
@@ -34,11 +42,13 @@ pub use backend::{
     Capabilities, Durability, KeyRange, KvBackend, KvPair, Order, Pager, ReadView, ReadViewExt,
     WriteBatch,
 };
-pub use catalog::{Admin, Catalog, CatalogOptions, Reader};
+pub use catalog::{Catalog, CatalogOptions};
 pub use error::{Error, ErrorKind, Result};
 pub use keys::Key;
 pub use keystone::IdSpace;
+pub use maintenance::{Admin, PurgeReport};
 pub use memory::MemoryBackend;
+pub use reader::Reader;
 pub use tags::Tag;
 pub use txn::{KeyChoice, Transaction};
 pub use values::{Row, RowView, Value};

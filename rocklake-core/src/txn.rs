@@ -19,7 +19,7 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::backend::{Durability, ReadView, WriteBatch};
-use crate::catalog::Catalog;
+use crate::catalog::{current_snapshot_in, Catalog};
 use crate::error::{Error, Result};
 use crate::keys::{self, Key};
 use crate::keystone::{self, IdSpace, Layout, MAX_DRAWS};
@@ -149,6 +149,18 @@ pub(crate) fn already_exists(space: &IdSpace, id: u64, b: &Binding) -> Error {
         id,
         deleted: b.is_deleted(),
         message,
+    }
+}
+
+impl Catalog {
+    /// Begin a transaction: a read view plus a write set.
+    pub async fn begin(&self) -> Result<Transaction> {
+        if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let view = self.inner.backend.view().await?;
+        let read_snapshot = current_snapshot_in(view.as_ref()).await?;
+        Ok(Transaction::new(self.clone(), view, read_snapshot))
     }
 }
 
@@ -802,7 +814,10 @@ impl Transaction {
                 self.done_building();
                 drop(guard);
                 if durable {
-                    cat.inner.group.wait_durable(seq, &cat).await?;
+                    cat.inner
+                        .group
+                        .wait_durable(seq, cat.inner.backend.as_ref(), cat.inner.epoch)
+                        .await?;
                 }
                 Ok(CommitInfo {
                     snapshot: self.write_snapshot,

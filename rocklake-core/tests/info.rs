@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use rocklake_core::backend::WriteBatch;
-use rocklake_core::catalog::{info_with_progress, INFO_PROGRESS_EVERY};
+use rocklake_core::info::{info_with_progress, INFO_PROGRESS_EVERY};
 use rocklake_core::{Catalog, Durability, KvBackend, MemoryBackend};
 
 #[tokio::test]

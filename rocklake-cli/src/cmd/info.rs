@@ -6,7 +6,7 @@ use crate::{print, CliResult};
 
 pub(crate) async fn run(url: String, json: bool) -> CliResult {
     let backend = rocklake::open(&url).await?;
-    let info = rocklake::catalog::info_with_progress(backend.as_ref(), backend.engine(), |n| {
+    let info = rocklake::info::info_with_progress(backend.as_ref(), backend.engine(), |n| {
         eprintln!("info: {n} keys counted")
     })
     .await?;
