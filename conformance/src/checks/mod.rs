@@ -1,0 +1,185 @@
+//! The checks, by topic. Each returns `Ok(Outcome)` or `Err(message naming what failed)`.
+//!
+//! | module | checks |
+//! |---|---|
+//! | `store` | the engine: ordering, prefix isolation, atomic batches, faults, views, model, bad bytes |
+//! | `durability` | reopen, SIGKILL, fencing |
+//! | `mvcc` | visibility, snapshot order, GC |
+//! | `identity` | every Keystone rule |
+
+use rocklake_core::ErrorKind;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rocklake_core::backend::{KeyRange, KvBackend, Order, Pager, ReadView, WriteBatch};
+use rocklake_core::catalog::DrawHook;
+use rocklake_core::keys::{self, Key};
+use rocklake_core::keystone::{self, MAX_ID};
+use rocklake_core::tags;
+use rocklake_core::values::Row;
+use rocklake_core::{Admin, Catalog, CatalogOptions, Durability, Error, KeyChoice, Value};
+
+use crate::util::{capabilities, dump, load};
+use crate::{
+    crash, ctx, ensure, CheckFn, CheckResult, FaultyBackend, FaultyHandle, Outcome, Target,
+};
+
+mod durability;
+mod identity;
+mod mvcc;
+mod store;
+
+pub use durability::*;
+pub use identity::*;
+pub use mvcc::*;
+pub use store::*;
+
+/// Every check, in report order.
+pub static ALL: &[(&str, CheckFn)] = &[
+    ("ordering", |t| Box::pin(ordering(t))),
+    ("prefix_isolation", |t| Box::pin(prefix_isolation(t))),
+    ("atomic_batches", |t| Box::pin(atomic_batches(t))),
+    ("faults_leave_nothing_half_written", |t| {
+        Box::pin(faults_leave_nothing_half_written(t))
+    }),
+    ("read_views", |t| Box::pin(read_views(t))),
+    ("durability_across_reopen", |t| {
+        Box::pin(durability_across_reopen(t))
+    }),
+    ("crash_durability", |t| Box::pin(crash_durability(t))),
+    ("mvcc_visibility", |t| Box::pin(mvcc_visibility(t))),
+    ("snapshot_order", |t| Box::pin(snapshot_order(t))),
+    ("gc_keeps_what_readers_see", |t| {
+        Box::pin(gc_keeps_what_readers_see(t))
+    }),
+    ("keystone_examples", |t| Box::pin(keystone_examples(t))),
+    ("keystone_refusals", |t| Box::pin(keystone_refusals(t))),
+    ("keystone_delete_keeps_key", |t| {
+        Box::pin(keystone_delete_keeps_key(t))
+    }),
+    ("keystone_purge_waits_for_readers", |t| {
+        Box::pin(keystone_purge_waits_for_readers(t))
+    }),
+    ("keystone_eight_draws", |t| {
+        Box::pin(keystone_eight_draws(t))
+    }),
+    ("keystone_concurrent_issue", |t| {
+        Box::pin(keystone_concurrent_issue(t))
+    }),
+    ("keystone_never_reissued", |t| {
+        Box::pin(keystone_never_reissued(t))
+    }),
+    ("keystone_rollback_cycles", |t| {
+        Box::pin(keystone_rollback_cycles(t))
+    }),
+    ("fencing", |t| Box::pin(fencing(t))),
+    ("model_based", |t| Box::pin(model_based(t))),
+    ("bad_bytes", |t| Box::pin(bad_bytes(t))),
+];
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn model_scan(
+    model: &Model,
+    range: &KeyRange,
+    order: Order,
+    limit: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let (s, e) = range.as_slices();
+    if range.is_empty() {
+        return vec![];
+    }
+    let it = model
+        .range::<[u8], _>((s, e))
+        .map(|(k, v)| (k.clone(), v.clone()));
+    match order {
+        Order::Ascending => it.take(limit).collect(),
+        Order::Descending => it.rev().take(limit).collect(),
+    }
+}
+
+fn pairs(v: Vec<(Bytes, Bytes)>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    v.into_iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect()
+}
+
+async fn paged(
+    view: &dyn ReadView,
+    range: KeyRange,
+    order: Order,
+    page: usize,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+    let mut out = Vec::new();
+    let mut p = Pager::new(view, range, order, page);
+    while let Some(items) = p.next_page().await.map_err(ctx("paging"))? {
+        out.extend(pairs(items));
+    }
+    Ok(out)
+}
+
+fn table_cells(name: &str) -> Vec<Value> {
+    vec![
+        Value::Null,
+        Value::Text("uuid".into()),
+        Value::Int(1),
+        Value::Text(name.into()),
+    ]
+}
+
+async fn name_key(cat: &Catalog, id: u64) -> Result<u64, Error> {
+    let mut t = cat.begin().await?;
+    let p = t
+        .insert(&keystone::TABLE, KeyChoice::Named(id), table_cells("named"))
+        .await?;
+    t.commit().await?;
+    Ok(p.id)
+}
+
+async fn issue_key(cat: &Catalog) -> Result<u64, Error> {
+    let mut t = cat.begin().await?;
+    let p = t
+        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("issued"))
+        .await?;
+    t.commit().await?;
+    Ok(p.id)
+}
+
+async fn delete_key(cat: &Catalog, id: u64) -> Result<bool, Error> {
+    let mut t = cat.begin().await?;
+    let d = t.delete(&keystone::TABLE, id).await?;
+    t.commit().await?;
+    Ok(d)
+}
+
+async fn table_rows(r: &rocklake_core::Reader) -> Result<Vec<(String, Vec<Value>)>, Error> {
+    let mut rows = Vec::new();
+    r.visible_rows(&[tags::TABLE.0], |k, row| {
+        rows.push((k.to_string(), row.cells))
+    })
+    .await?;
+    Ok(rows)
+}
+
+async fn writer(t: &Target) -> Result<(Catalog, String), String> {
+    let s = t.fresh().await.map_err(ctx("fresh store"))?;
+    let cat = Catalog::open(s.backend)
+        .await
+        .map_err(ctx("open catalog"))?;
+    Ok((cat, s.url))
+}
+
+fn bound_ids(rows: &[(Vec<u8>, Vec<u8>)], space: u8) -> BTreeSet<u64> {
+    rows.iter()
+        .filter_map(|(k, _)| match Key::decode(k) {
+            Ok(Key::Binding { space: s, id }) if s == space => Some(id),
+            _ => None,
+        })
+        .collect()
+}
