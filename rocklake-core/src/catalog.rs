@@ -313,6 +313,20 @@ impl Catalog {
         }
     }
 
+    /// Flush the backend; a fencing it reports names this writer's epoch.
+    pub(crate) async fn flush_as_writer(&self) -> Result<()> {
+        match self.inner.backend.flush().await {
+            Err(Error::Fenced {
+                current, detail, ..
+            }) => Err(Error::Fenced {
+                mine: self.inner.epoch.unwrap_or(0),
+                current,
+                detail,
+            }),
+            other => other,
+        }
+    }
+
     /// Issue the next key of `space`: strictly ascending across all tasks, never issued twice.
     /// Costs no I/O while the durable reservation lasts.
     pub async fn issue_id(&self, space: &'static IdSpace) -> Result<u64> {

@@ -1,12 +1,13 @@
 //! Group commit: commits that arrive together share one durability barrier (one fsync, one
-//! SlateDB WAL write).
+//! SlateDB WAL write). The catalog's commits use it, and so does every engine for its own
+//! durable batches: one implementation, in core.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
 use tokio::sync::Notify;
 
-use crate::backend::KvBackend;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Shares durability barriers between commits that arrive together.
 ///
@@ -15,8 +16,12 @@ use crate::error::{Error, Result};
 /// flushes everything applied so far and then wakes every waiter at once; those it covered
 /// return, the rest elect the next leader. (A queue on a mutex instead would hand the lock from
 /// waiter to waiter, one task switch each, before the next flush could start.)
+///
+/// Use: apply a batch (visible, not yet durable), number it with [`GroupCommit::applied`], then
+/// [`GroupCommit::wait_durable`] with the engine's sync. Callers that build work which a flush
+/// should wait for count it with [`GroupCommit::building`] / [`GroupCommit::built`].
 #[derive(Debug, Default)]
-pub(crate) struct GroupCommit {
+pub struct GroupCommit {
     /// Transactions begun and not yet applied or dropped (including those queued on the commit
     /// lock): a leader gives them a few turns before it flushes.
     building: std::sync::atomic::AtomicUsize,
@@ -46,29 +51,27 @@ impl Drop for Leading<'_> {
 
 impl GroupCommit {
     /// A transaction began: count it as building.
-    pub(crate) fn building(&self) {
+    pub fn building(&self) {
         self.building.fetch_add(1, AtomicOrdering::AcqRel);
     }
 
     /// A transaction counted by [`GroupCommit::building`] applied or was dropped.
-    pub(crate) fn built(&self) {
+    pub fn built(&self) {
         self.building.fetch_sub(1, AtomicOrdering::AcqRel);
     }
 
-    /// Number the batch just applied (call under the commit lock).
-    pub(crate) fn applied(&self) -> u64 {
+    /// Number the batch just applied (after it is visible, before waiting for it).
+    pub fn applied(&self) -> u64 {
         self.applied.fetch_add(1, AtomicOrdering::AcqRel) + 1
     }
 
-    /// Return once batch `seq` is durable.
-    /// `backend` is flushed by whichever waiter leads; `epoch` (this writer's) names the writer
-    /// in a [`Error::Fenced`] the flush reports.
-    pub(crate) async fn wait_durable(
-        &self,
-        seq: u64,
-        backend: &dyn KvBackend,
-        epoch: Option<u64>,
-    ) -> Result<()> {
+    /// Return once batch `seq` is durable. Whichever waiter leads calls `sync`, which must make
+    /// every batch applied before it was called durable; its error is returned as it is.
+    pub async fn wait_durable<F, Fut>(&self, seq: u64, sync: F) -> Result<()>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
         loop {
             if self.durable.load(AtomicOrdering::Acquire) >= seq {
                 return Ok(());
@@ -100,20 +103,11 @@ impl GroupCommit {
             }
             // Every batch numbered so far was applied before this flush starts: it covers them.
             let upto = self.applied.load(AtomicOrdering::Acquire);
-            return match backend.flush().await {
-                Ok(()) => {
-                    self.durable.fetch_max(upto, AtomicOrdering::AcqRel);
-                    Ok(())
-                }
-                Err(Error::Fenced {
-                    current, detail, ..
-                }) => Err(Error::Fenced {
-                    mine: epoch.unwrap_or(0),
-                    current,
-                    detail,
-                }),
-                Err(e) => Err(e),
-            };
+            let synced = sync().await;
+            if synced.is_ok() {
+                self.durable.fetch_max(upto, AtomicOrdering::AcqRel);
+            }
+            return synced;
         }
     }
 }

@@ -8,6 +8,7 @@
 //! | [`mvcc`] | version visibility and what GC may drop |
 //! | [`backend`] | the [`KvBackend`] trait engines implement, with its contract |
 //! | [`memory`] | the in-memory reference backend (model and template) |
+//! | [`blocking`] | how engines with a blocking API run their calls (inline or off the runtime) |
 //! | [`catalog`] | open and close, writer epoch and fencing, issuing ids |
 //! | [`group_commit`] | commits that arrive together share one durability barrier |
 //! | [`txn`] | transactions: a read view plus a write set, one atomic batch |
@@ -23,6 +24,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod backend;
+pub mod blocking;
 pub mod catalog;
 pub mod error;
 pub mod group_commit;

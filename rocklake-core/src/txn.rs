@@ -816,7 +816,7 @@ impl Transaction {
                 if durable {
                     cat.inner
                         .group
-                        .wait_durable(seq, cat.inner.backend.as_ref(), cat.inner.epoch)
+                        .wait_durable(seq, || cat.flush_as_writer())
                         .await?;
                 }
                 Ok(CommitInfo {

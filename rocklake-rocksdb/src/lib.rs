@@ -8,12 +8,14 @@
 //! object storage is not a requirement.
 //!
 //! # Durability
-//! A [`Durability::Durable`] batch is written with `WriteOptions::set_sync(true)`: RocksDB
-//! appends the batch to its write-ahead log and fsyncs the log before `write` returns, so an
-//! acknowledged batch survives a crash of the process and of the machine. A
-//! [`Durability::Buffered`] batch goes to the log without the fsync; it survives a crash of the
-//! process (the OS holds the bytes) but not of the machine, until the next durable batch or
-//! [`KvBackend::flush`] (`flush_wal(true)`). [`KvBackend::close`] flushes the same way.
+//! Every batch is written to the memtable and the write-ahead log without an fsync, under the
+//! write mutex (microseconds). A [`Durability::Durable`] batch then waits, outside that mutex,
+//! for a log sync (`flush_wal(true)`, on the blocking pool) that began after it was applied;
+//! durable batches that arrive together share one sync (core's
+//! [`rocklake_core::group_commit::GroupCommit`]), so no runtime worker ever waits for an fsync
+//! on a mutex. A [`Durability::Buffered`] batch returns once applied; it survives a crash of
+//! the process (the OS holds the bytes) but not of the machine, until the next sync:
+//! a durable batch, [`KvBackend::flush`] or [`KvBackend::close`].
 //!
 //! # Atomic conditional batches
 //! A RocksDB `WriteBatch` is atomic on its own. Preconditions are checked with plain reads while
@@ -37,14 +39,10 @@
 //! the smallest key greater than `k` in byte order.
 //!
 //! # Blocking
-//! RocksDB's API is synchronous FFI. Calls that finish in microseconds when the data is in
-//! memory run on the calling task: point reads, views, scans of at most [`INLINE_LIMIT`] pairs
-//! and buffered batches of at most [`INLINE_LIMIT`] writes. A hop to tokio's blocking pool costs
-//! about 15 µs here, ten times a RocksDB `get` from the memtable, so doing those inline is what
-//! keeps RockLake's overhead over a raw RocksDB call small. Everything that can take long runs
-//! under [`tokio::task::spawn_blocking`]: durable batches (an fsync), larger scans and batches,
-//! log syncs, open and close. An inline call whose blocks are not cached still waits for the
-//! disk on the calling thread; a catalog's working set is small and normally cached.
+//! RocksDB's API is synchronous FFI; it follows core's one policy ([`rocklake_core::blocking`]):
+//! point reads, views, scans of at most [`INLINE_LIMIT`] pairs and batches of at most
+//! [`INLINE_LIMIT`] writes (none of which syncs) run on the calling task; log syncs, larger scans
+//! and batches, open and close run on the blocking pool.
 //!
 //! # Closing
 //! [`KvBackend::close`] syncs the log, then drops the backend's handle; every later call on the
@@ -66,31 +64,14 @@ use rocklake_core::backend::{
     check_preconditions, lend, BatchOp, Capabilities, Durability, KeyRange, KvBackend, KvPair,
     Order, PageBuilder, ReadView, Visitor, WriteBatch,
 };
+use rocklake_core::blocking;
 use rocklake_core::error::{Error, Result};
+use rocklake_core::group_commit::GroupCommit;
 use rocksdb::{DBCompressionType, Options, ReadOptions, SnapshotWithThreadMode, WriteOptions, DB};
 
 use crate::error::ENGINE;
 
-/// The most pairs a scan, or writes a buffered batch, may have to run on the calling task
-/// instead of the blocking pool (see the crate docs, "Blocking").
-pub const INLINE_LIMIT: usize = 1024;
-
-/// Run `f` on tokio's blocking pool and wait for it. A panic inside `f` is resumed here.
-async fn blocking<T, F>(f: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T> + Send + 'static,
-{
-    match tokio::task::spawn_blocking(f).await {
-        Ok(result) => result,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(Error::engine(
-            ENGINE,
-            "a blocking RocksDB task was cancelled (is the runtime shutting down?)",
-            e,
-        )),
-    }
-}
+pub use rocklake_core::blocking::INLINE_LIMIT;
 
 /// The open database and what must be shared with every task and view that uses it.
 /// A handle on the open RocksDB database (see [`RocksBackend::raw_db`]); dereferences to `DB`.
@@ -184,15 +165,18 @@ impl Store {
         Ok(n)
     }
 
-    fn apply(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
+    /// Check the preconditions and apply the batch to the memtable and the (unsynced) log.
+    /// Returns whether anything was written. Never syncs: a durable batch is synced afterwards,
+    /// outside the write mutex, by a group-commit flush it shares with other durable batches.
+    fn apply(&self, batch: WriteBatch) -> Result<bool> {
         // One handle per store (RocksDB's LOCK file refuses a second open, in this process or
         // another), and every write of this handle takes this mutex: no write can land between
-        // the precondition reads below and the apply.
+        // the precondition reads below and the apply. It is held for microseconds (no fsync).
         let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
         let latest = ReadOptions::default();
         check_preconditions(&batch, |k| self.get(k, &latest))?;
         if batch.ops.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let mut wb = rocksdb::WriteBatch::new();
         for op in &batch.ops {
@@ -202,17 +186,17 @@ impl Store {
             }
         }
         let mut opts = WriteOptions::default();
-        opts.set_sync(durability == Durability::Durable);
-        self.db.write_opt(wb, &opts).map_err(|e| {
-            error::map(
-                e,
-                format!(
-                    "applying a {durability} batch of {} writes",
-                    batch.ops.len()
-                ),
-                None,
-            )
-        })
+        opts.set_sync(false);
+        self.db
+            .write_opt(wb, &opts)
+            .map_err(|e| {
+                error::map(
+                    e,
+                    format!("applying a batch of {} writes", batch.ops.len()),
+                    None,
+                )
+            })
+            .map(|()| true)
     }
 
     fn sync_wal(&self) -> Result<()> {
@@ -237,6 +221,8 @@ pub struct RocksBackend {
     path: PathBuf,
     /// `None` once closed.
     store: RwLock<Option<Arc<Store>>>,
+    /// Durable batches that arrive together share one log sync.
+    group: GroupCommit,
 }
 
 impl fmt::Debug for RocksBackend {
@@ -256,7 +242,7 @@ impl RocksBackend {
     pub async fn open(path: impl AsRef<Path>) -> Result<Arc<RocksBackend>> {
         let path = path.as_ref().to_path_buf();
         let at = path.clone();
-        let db = blocking(move || {
+        let db = blocking::run(ENGINE, move || {
             std::fs::create_dir_all(&at)
                 .map_err(|e| error::io(e, format!("creating the store folder {}", at.display())))?;
             let mut opts = Options::default();
@@ -272,6 +258,7 @@ impl RocksBackend {
                 db,
                 write_lock: Mutex::new(()),
             }))),
+            group: GroupCommit::default(),
         }))
     }
 
@@ -309,7 +296,10 @@ impl ReadView for RocksBackend {
             return store.scan(ReadOptions::default(), range, order, limit);
         }
         let range = range.clone();
-        blocking(move || store.scan(ReadOptions::default(), &range, order, limit)).await
+        blocking::run(ENGINE, move || {
+            store.scan(ReadOptions::default(), &range, order, limit)
+        })
+        .await
     }
 
     async fn visit(
@@ -347,10 +337,22 @@ impl KvBackend for RocksBackend {
     async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
         let store = self.open_store()?;
         batch.validate()?;
-        if durability == Durability::Buffered && batch.ops.len() <= INLINE_LIMIT {
-            return store.apply(batch, durability);
+        let wrote = if blocking::is_inline(batch.ops.len()) {
+            store.apply(batch)?
+        } else {
+            let store = Arc::clone(&store);
+            blocking::run(ENGINE, move || store.apply(batch)).await?
+        };
+        if wrote && durability == Durability::Durable {
+            // Applied and visible; durable once a log sync that began after it completes. The
+            // sync uses the handle the batch landed in, so a close racing it cannot turn a
+            // landed batch into an error.
+            let seq = self.group.applied();
+            self.group
+                .wait_durable(seq, || blocking::run(ENGINE, move || store.sync_wal()))
+                .await?;
         }
-        blocking(move || store.apply(batch, durability)).await
+        Ok(())
     }
 
     async fn view(&self) -> Result<Arc<dyn ReadView>> {
@@ -361,7 +363,7 @@ impl KvBackend for RocksBackend {
 
     async fn flush(&self) -> Result<()> {
         let store = self.open_store()?;
-        blocking(move || store.sync_wal()).await
+        blocking::run(ENGINE, move || store.sync_wal()).await
     }
 
     async fn close(&self) -> Result<()> {
@@ -370,7 +372,7 @@ impl KvBackend for RocksBackend {
             return Ok(()); // closed before
         };
         let path = self.path.clone();
-        blocking(move || {
+        blocking::run(ENGINE, move || {
             let synced = store.sync_wal();
             // Drop our handle here, off the runtime: when it is the last one (no view or
             // in-flight call holds another), this closes the DB and frees its LOCK.
@@ -443,7 +445,7 @@ impl ReadView for RocksView {
         }
         let pinned = Arc::clone(&self.0);
         let range = range.clone();
-        blocking(move || {
+        blocking::run(ENGINE, move || {
             pinned
                 .store
                 .scan(pinned.read_options(), &range, order, limit)

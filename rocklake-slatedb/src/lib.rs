@@ -41,7 +41,7 @@
 
 use std::fmt;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +53,7 @@ use rocklake_core::backend::{
     ReadView, WriteBatch,
 };
 use rocklake_core::error::{Error, Result};
+use rocklake_core::group_commit::GroupCommit;
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::{CloseReason, Db, DbSnapshot, ErrorKind, IterationOrder};
 
@@ -223,9 +224,8 @@ pub struct SlateBackend {
     closed: AtomicBool,
     /// Check-and-apply lock for preconditions.
     write_lock: tokio::sync::Mutex<()>,
-    /// Group commit: the sequence of writes applied, and of writes known durable.
-    applied: AtomicU64,
-    durable: tokio::sync::Mutex<u64>,
+    /// Durable batches that arrive together share one WAL flush (core's group commit).
+    group: GroupCommit,
 }
 
 impl fmt::Debug for SlateBackend {
@@ -270,8 +270,7 @@ impl SlateBackend {
             location,
             closed: AtomicBool::new(false),
             write_lock: tokio::sync::Mutex::new(()),
-            applied: AtomicU64::new(0),
-            durable: tokio::sync::Mutex::new(0),
+            group: GroupCommit::default(),
         }))
     }
 
@@ -286,26 +285,18 @@ impl SlateBackend {
         &self.location
     }
 
+    /// Flush the WAL to the object store: the durability barrier.
+    async fn flush_wal(&self) -> Result<()> {
+        self.db
+            .flush()
+            .await
+            .map_err(|e| map_err("flushing the WAL", e))
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(AtomicOrdering::Acquire) {
             return Err(Error::Closed);
         }
-        Ok(())
-    }
-
-    /// Make every write up to sequence `seq` durable, sharing flushes between concurrent callers.
-    async fn make_durable(&self, seq: u64) -> Result<()> {
-        let mut durable = self.durable.lock().await;
-        if *durable >= seq {
-            // Another caller's flush already covered this write.
-            return Ok(());
-        }
-        let upto = self.applied.load(AtomicOrdering::Acquire);
-        self.db
-            .flush()
-            .await
-            .map_err(|e| map_err("flushing the WAL", e))?;
-        *durable = upto;
         Ok(())
     }
 }
@@ -439,10 +430,10 @@ impl KvBackend for SlateBackend {
                 .write(wb)
                 .await
                 .map_err(|e| map_err("writing a batch", e))?;
-            self.applied.fetch_add(1, AtomicOrdering::AcqRel) + 1
+            self.group.applied()
         };
         if durability == Durability::Durable {
-            self.make_durable(seq).await?;
+            self.group.wait_durable(seq, || self.flush_wal()).await?;
         }
         Ok(())
     }
@@ -458,10 +449,7 @@ impl KvBackend for SlateBackend {
 
     async fn flush(&self) -> Result<()> {
         self.check_open()?;
-        self.db
-            .flush()
-            .await
-            .map_err(|e| map_err("flushing the WAL", e))
+        self.flush_wal().await
     }
 
     async fn close(&self) -> Result<()> {

@@ -10,7 +10,7 @@
 //! sled writes into memory and flushes its log every 500 ms on a background thread;
 //! [`sled::Tree::flush`] (on the `Db`) (write and fsync) is the durability barrier. A
 //! [`Durability::Durable`] write therefore applies its batch and then waits for a flush that
-//! began after the apply; concurrent durable writers share one flush (group commit); see the
+//! began after the apply; concurrent durable writers share one flush (core's group commit); see the
 //! README's benchmark table for what that costs. A [`Durability::Buffered`] write returns after
 //! the apply and becomes durable with the next flush, durable write or [`KvBackend::close`].
 //!
@@ -71,7 +71,7 @@ use std::fmt;
 use std::fs::OpenOptions;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use fs2::FileExt;
 use rocklake_core::backend::{check_preconditions, lend, BatchOp, KvPair, PageBuilder, Visitor};
+use rocklake_core::blocking;
+use rocklake_core::group_commit::GroupCommit;
 use rocklake_core::{
     Capabilities, Durability, Error, KeyRange, KvBackend, Order, ReadView, Result, WriteBatch,
 };
@@ -116,11 +118,8 @@ struct Inner {
     /// close. sled's lock file guarantees that only this process has the store open, so an
     /// in-process mutex is enough to make check-and-apply atomic.
     writer: Mutex<Writer>,
-    /// Number of batches applied so far; a batch's sequence number is this count just after it.
-    applied: AtomicU64,
-    /// The highest sequence number known to be durable. Its mutex is held across `db.flush()`,
-    /// so concurrent durable writers queue here and the first flush covers those behind it.
-    durable: Mutex<u64>,
+    /// Durable batches that arrive together share one flush (core's group commit).
+    group: GroupCommit,
 }
 
 /// What the write mutex guards.
@@ -179,26 +178,7 @@ fn lend_tree(
     Ok((n, last, true))
 }
 
-/// The most pairs a scan, or writes a buffered batch, may have to run on the calling task
-/// instead of the blocking pool (see the crate docs, "Blocking").
-pub const INLINE_LIMIT: usize = 1024;
-
-/// Run a blocking sled call on tokio's blocking pool. A panic inside it is resumed here.
-async fn blocking<T, F>(f: F) -> Result<T>
-where
-    F: FnOnce() -> Result<T> + Send + 'static,
-    T: Send + 'static,
-{
-    match tokio::task::spawn_blocking(f).await {
-        Ok(result) => result,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(Error::engine(
-            error::ENGINE,
-            "a blocking sled call was cancelled (is the runtime shutting down?)",
-            e,
-        )),
-    }
-}
+pub use rocklake_core::blocking::INLINE_LIMIT;
 
 fn to_bytes(v: sled::IVec) -> Bytes {
     Bytes::copy_from_slice(&v)
@@ -221,7 +201,7 @@ impl SledBackend {
     pub async fn open(path: impl AsRef<Path>) -> Result<Arc<SledBackend>> {
         let path = path.as_ref().to_path_buf();
         let at = path.clone();
-        let db = blocking(move || {
+        let db = blocking::run(error::ENGINE, move || {
             sled::Config::new()
                 .path(&at)
                 .open()
@@ -236,8 +216,7 @@ impl SledBackend {
                 closed: AtomicBool::new(false),
                 failed: AtomicBool::new(false),
                 writer: Mutex::new(Writer::default()),
-                applied: AtomicU64::new(0),
-                durable: Mutex::new(0),
+                group: GroupCommit::default(),
             }),
         }))
     }
@@ -280,9 +259,9 @@ impl Inner {
         guard.clone().ok_or(Error::Closed)
     }
 
-    /// Check, record for open views, and apply one batch; returns its sequence number and the
-    /// database it landed in (`None` when there was nothing to apply). Blocks (briefly: no flush).
-    fn write_blocking(&self, batch: &WriteBatch) -> Result<Option<(u64, sled::Db)>> {
+    /// Check, record for open views, and apply one batch; returns the database it landed in
+    /// (`None` when there was nothing to apply). Blocks (briefly: no flush).
+    fn write_blocking(&self, batch: &WriteBatch) -> Result<Option<sled::Db>> {
         let mut writer = lock(&self.writer);
         // Checked again under the mutex: `close` takes it too, so no batch lands after close.
         let db = self.db()?;
@@ -330,27 +309,17 @@ impl Inner {
         // the values at each view's time, so nothing needs undoing.
         db.apply_batch(sled_batch)
             .map_err(|e| error::map(e, "applying a batch", None))?;
-        let seq = self.applied.fetch_add(1, AtomicOrdering::AcqRel) + 1;
-        Ok(Some((seq, db)))
+        Ok(Some(db))
     }
 
-    /// Return once every batch up to sequence number `upto` is durable. Runs on a blocking
-    /// thread. Writers waiting here while a flush runs are covered by the next single flush.
-    fn make_durable(&self, db: &sled::Db, upto: u64) -> Result<()> {
-        let mut durable = lock(&self.durable);
-        if *durable >= upto {
-            return Ok(());
-        }
+    /// Flush `db` (write and fsync): the durability barrier. Runs on a blocking thread. A failed
+    /// flush makes this handle refuse every later call (see the crate docs).
+    fn sync_blocking(&self, db: &sled::Db) -> Result<()> {
         if self.failed.load(AtomicOrdering::Acquire) {
             return Err(error::failed_earlier());
         }
-        // Every batch counted here was applied before the flush starts, so the flush covers it.
-        let target = self.applied.load(AtomicOrdering::Acquire);
         match db.flush() {
-            Ok(_) => {
-                *durable = target.max(*durable);
-                Ok(())
-            }
+            Ok(_) => Ok(()),
             Err(e) => {
                 self.failed.store(true, AtomicOrdering::Release);
                 tracing::error!(path = %self.path.display(), error = %e,
@@ -358,6 +327,11 @@ impl Inner {
                 Err(error::map(e, "flushing to disk", None))
             }
         }
+    }
+
+    /// [`Inner::sync_blocking`] on the blocking pool.
+    async fn sync(self: Arc<Self>, db: sled::Db) -> Result<()> {
+        blocking::run(error::ENGINE, move || self.sync_blocking(&db)).await
     }
 
     /// Register a new view. Blocks briefly on the write mutex.
@@ -463,7 +437,7 @@ impl ReadView for SledBackend {
             return scan(range);
         }
         let range = range.clone();
-        blocking(move || scan(&range)).await
+        blocking::run(error::ENGINE, move || scan(&range)).await
     }
 
     async fn visit(
@@ -504,22 +478,23 @@ impl KvBackend for SledBackend {
     async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
         self.inner.db()?;
         batch.validate()?;
-        if durability == Durability::Buffered && batch.ops.len() <= INLINE_LIMIT {
-            return self.inner.write_blocking(&batch).map(|_| ());
+        let landed = if blocking::is_inline(batch.ops.len()) {
+            self.inner.write_blocking(&batch)?
+        } else {
+            let inner = Arc::clone(&self.inner);
+            blocking::run(error::ENGINE, move || inner.write_blocking(&batch)).await?
+        };
+        if let (Some(db), Durability::Durable) = (landed, durability) {
+            // Outside the write mutex, so later writers apply while this one flushes. `db` is
+            // the handle the batch landed in, still usable if `close` ran meanwhile.
+            let seq = self.inner.group.applied();
+            let inner = Arc::clone(&self.inner);
+            self.inner
+                .group
+                .wait_durable(seq, || inner.sync(db))
+                .await?;
         }
-        let inner = Arc::clone(&self.inner);
-        blocking(move || {
-            let Some((seq, db)) = inner.write_blocking(&batch)? else {
-                return Ok(());
-            };
-            match durability {
-                Durability::Buffered => Ok(()),
-                // Outside the write mutex, so later writers apply while this one flushes. `db`
-                // is the handle the batch landed in, still usable if `close` ran meanwhile.
-                Durability::Durable => inner.make_durable(&db, seq),
-            }
-        })
-        .await
+        Ok(())
     }
 
     async fn view(&self) -> Result<Arc<dyn ReadView>> {
@@ -530,13 +505,7 @@ impl KvBackend for SledBackend {
 
     async fn flush(&self) -> Result<()> {
         let db = self.inner.db()?;
-        let inner = Arc::clone(&self.inner);
-        blocking(move || {
-            // Every batch applied so far; nothing to do when all are already known durable.
-            let upto = inner.applied.load(AtomicOrdering::Acquire);
-            inner.make_durable(&db, upto)
-        })
-        .await
+        Arc::clone(&self.inner).sync(db).await
     }
 
     async fn close(&self) -> Result<()> {
@@ -544,7 +513,7 @@ impl KvBackend for SledBackend {
             return Ok(());
         }
         let inner = Arc::clone(&self.inner);
-        blocking(move || inner.close_blocking()).await
+        blocking::run(error::ENGINE, move || inner.close_blocking()).await
     }
 }
 
@@ -562,7 +531,6 @@ impl fmt::Debug for SledBackend {
             .field("closed", &self.inner.closed.load(AtomicOrdering::Relaxed))
             .field("failed", &self.inner.failed.load(AtomicOrdering::Relaxed))
             .field("open_views", &views)
-            .field("applied", &self.inner.applied.load(AtomicOrdering::Relaxed))
             .finish()
     }
 }
@@ -711,7 +679,10 @@ impl ReadView for SledView {
         }
         let view = self.handle();
         let range = range.clone();
-        blocking(move || view.scan_blocking(&range, order, limit)).await
+        blocking::run(error::ENGINE, move || {
+            view.scan_blocking(&range, order, limit)
+        })
+        .await
     }
 
     async fn visit(
