@@ -285,6 +285,22 @@ pub fn render_table(results: &[(String, Vec<CaseReport>)]) -> String {
     s
 }
 
+/// The one list of checks, in report order: calls `$crate::$callback!` with whatever follows
+/// the callback's name, then `;` and every check's name. [`checks::ALL`] and [`suite!`] are
+/// both made from it, so a check added here is in the CLI's table and in every engine's tests.
+#[macro_export]
+macro_rules! with_checks {
+    ($callback:ident $($pre:tt)*) => {
+        $crate::$callback!($($pre)* ;
+            ordering, prefix_isolation, atomic_batches, faults_leave_nothing_half_written,
+            read_views, durability_across_reopen, crash_durability, mvcc_visibility,
+            snapshot_order, gc_keeps_what_readers_see, keystone_examples, keystone_refusals,
+            keystone_delete_keeps_key, keystone_purge_waits_for_readers,
+            keystone_eight_draws, keystone_concurrent_issue, keystone_never_reissued,
+            keystone_rollback_cycles, fencing, model_based, bad_bytes);
+    };
+}
+
 /// Stamp one `#[tokio::test]` per check for a target-making expression.
 ///
 /// ```text
@@ -296,14 +312,7 @@ macro_rules! suite {
         mod $module {
             #[allow(unused_imports)]
             use super::*;
-            $crate::suite!(@cases $target;
-                ordering, prefix_isolation, atomic_batches, faults_leave_nothing_half_written,
-                read_views, durability_across_reopen, crash_durability, mvcc_visibility,
-                snapshot_order,
-                gc_keeps_what_readers_see, keystone_examples, keystone_refusals,
-                keystone_delete_keeps_key, keystone_purge_waits_for_readers,
-                keystone_eight_draws, keystone_concurrent_issue, keystone_never_reissued,
-                keystone_rollback_cycles, fencing, model_based, bad_bytes);
+            $crate::with_checks!(suite @cases $target);
         }
     };
     (@cases $target:expr; $($check:ident),*) => {

@@ -40,48 +40,20 @@ pub use identity::*;
 pub use mvcc::*;
 pub use store::*;
 
-/// Every check, in report order.
-pub static ALL: &[(&str, CheckFn)] = &[
-    ("ordering", |t| Box::pin(ordering(t))),
-    ("prefix_isolation", |t| Box::pin(prefix_isolation(t))),
-    ("atomic_batches", |t| Box::pin(atomic_batches(t))),
-    ("faults_leave_nothing_half_written", |t| {
-        Box::pin(faults_leave_nothing_half_written(t))
-    }),
-    ("read_views", |t| Box::pin(read_views(t))),
-    ("durability_across_reopen", |t| {
-        Box::pin(durability_across_reopen(t))
-    }),
-    ("crash_durability", |t| Box::pin(crash_durability(t))),
-    ("mvcc_visibility", |t| Box::pin(mvcc_visibility(t))),
-    ("snapshot_order", |t| Box::pin(snapshot_order(t))),
-    ("gc_keeps_what_readers_see", |t| {
-        Box::pin(gc_keeps_what_readers_see(t))
-    }),
-    ("keystone_examples", |t| Box::pin(keystone_examples(t))),
-    ("keystone_refusals", |t| Box::pin(keystone_refusals(t))),
-    ("keystone_delete_keeps_key", |t| {
-        Box::pin(keystone_delete_keeps_key(t))
-    }),
-    ("keystone_purge_waits_for_readers", |t| {
-        Box::pin(keystone_purge_waits_for_readers(t))
-    }),
-    ("keystone_eight_draws", |t| {
-        Box::pin(keystone_eight_draws(t))
-    }),
-    ("keystone_concurrent_issue", |t| {
-        Box::pin(keystone_concurrent_issue(t))
-    }),
-    ("keystone_never_reissued", |t| {
-        Box::pin(keystone_never_reissued(t))
-    }),
-    ("keystone_rollback_cycles", |t| {
-        Box::pin(keystone_rollback_cycles(t))
-    }),
-    ("fencing", |t| Box::pin(fencing(t))),
-    ("model_based", |t| Box::pin(model_based(t))),
-    ("bad_bytes", |t| Box::pin(bad_bytes(t))),
-];
+/// Builds [`ALL`] from the one list of checks (see [`crate::with_checks`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __all_checks {
+    (; $($check:ident),*) => {
+        /// Every check, in report order: what `rocklake conformance` runs and what
+        /// [`crate::suite!`] stamps, both from the one list in [`crate::with_checks`].
+        pub static ALL: &[(&str, CheckFn)] = &[
+            $((stringify!($check), |t| Box::pin($check(t))),)*
+        ];
+    };
+}
+
+crate::with_checks!(__all_checks);
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
