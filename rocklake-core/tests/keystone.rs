@@ -1,6 +1,9 @@
 //! Every Keystone rule on the in-memory reference backend. The conformance crate runs the same
 //! rules against every engine.
 
+mod common;
+
+use common::table_cells;
 use rocklake_core::ErrorKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,15 +16,6 @@ use rocklake_core::{
 
 fn mem() -> Arc<dyn KvBackend> {
     Arc::new(MemoryBackend::new())
-}
-
-fn table_cells(name: &str) -> Vec<Value> {
-    vec![
-        Value::Null,
-        Value::Text("uuid".into()),
-        Value::Int(1),
-        Value::Text(name.into()),
-    ]
 }
 
 async fn name(cat: &Catalog, id: u64) -> Result<u64, Error> {

@@ -2,6 +2,9 @@
 //! that survives a restart, every write of an id-space row goes through Keystone, and a refused
 //! call leaves nothing behind. Each test here failed on the code before its fix.
 
+mod common;
+
+use common::table_cells;
 use rocklake_core::ErrorKind;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,15 +15,6 @@ use rocklake_core::keystone::{self, MAX_ID};
 use rocklake_core::{
     tags, Catalog, CatalogOptions, Error, KeyChoice, KvBackend, MemoryBackend, Row, Value,
 };
-
-fn table_cells(name: &str) -> Vec<Value> {
-    vec![
-        Value::Null,
-        Value::Text("uuid".into()),
-        Value::Int(1),
-        Value::Text(name.into()),
-    ]
-}
 
 async fn table_names_at(cat: &Catalog, snapshot: u64) -> BTreeSet<String> {
     let r = cat.reader(Some(snapshot)).await.unwrap();
