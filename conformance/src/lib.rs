@@ -305,21 +305,41 @@ macro_rules! with_checks {
 ///
 /// ```text
 /// conformance::suite!(sled, my_sled_target());
+/// conformance::suite!(s3, optional maybe_an_s3_target());
 /// ```
+///
+/// With `optional`, the expression gives an `Option<Target>`; when it is `None` every case
+/// returns at once (the target says why it is not run; CI makes sure it is).
 #[macro_export]
 macro_rules! suite {
+    ($module:ident, optional $target:expr) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::with_checks!(suite @cases optional $target);
+        }
+    };
     ($module:ident, $target:expr) => {
         mod $module {
             #[allow(unused_imports)]
             use super::*;
-            $crate::with_checks!(suite @cases $target);
+            $crate::with_checks!(suite @cases required $target);
         }
     };
-    (@cases $target:expr; $($check:ident),*) => {
+    (@target required $target:expr) => {
+        $target
+    };
+    (@target optional $target:expr) => {
+        match $target {
+            Some(target) => target,
+            None => return,
+        }
+    };
+    (@cases $mode:ident $target:expr; $($check:ident),*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                let target = $target;
+                let target = $crate::suite!(@target $mode $target);
                 let report = $crate::run_case(&target, stringify!($check), |t| Box::pin($crate::checks::$check(t))).await;
                 match report.outcome {
                     "fail" => panic!("[{}] {} failed: {}", target.name, stringify!($check), report.detail),

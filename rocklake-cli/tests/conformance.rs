@@ -63,42 +63,7 @@ suite!(slatedb_memory, slatedb_targets::memory());
 suite!(slatedb_file, slatedb_targets::file());
 
 #[cfg(feature = "slatedb")]
-mod slatedb_s3 {
-    use super::*;
-    macro_rules! s3_cases {
-        ($($check:ident),*) => {$(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                let Some(target) = slatedb_targets::s3() else { return };
-                let r = conformance::run_case(&target, stringify!($check), |t| Box::pin(conformance::checks::$check(t))).await;
-                assert!(r.outcome != "fail", "[slatedb-s3] {} failed: {}", stringify!($check), r.detail);
-                eprintln!("[slatedb-s3] {}: {} {}", stringify!($check), r.outcome, r.detail);
-            }
-        )*};
-    }
-    s3_cases!(
-        ordering,
-        prefix_isolation,
-        atomic_batches,
-        faults_leave_nothing_half_written,
-        read_views,
-        durability_across_reopen,
-        crash_durability,
-        mvcc_visibility,
-        gc_keeps_what_readers_see,
-        keystone_examples,
-        keystone_refusals,
-        keystone_delete_keeps_key,
-        keystone_purge_waits_for_readers,
-        keystone_eight_draws,
-        keystone_concurrent_issue,
-        keystone_never_reissued,
-        keystone_rollback_cycles,
-        fencing,
-        model_based,
-        bad_bytes
-    );
-}
+suite!(slatedb_s3, optional slatedb_targets::s3());
 
 #[cfg(feature = "rocksdb")]
 suite!(
