@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rocklake::keys::{DataFileKey, Key};
-use rocklake::{Catalog, CatalogOptions, Durability, KvBackend, WriteBatch};
+use rocklake::{Durability, Keyspace, KeyspaceOptions, KvBackend, WriteBatch};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -123,9 +123,9 @@ fn kv_and_catalog(c: &mut Criterion) {
     let mut g = c.benchmark_group("snapshot-commit-1-file-buffered");
     for (name, b) in &subjects {
         let cat = rt
-            .block_on(Catalog::open_with(
+            .block_on(Keyspace::open_with(
                 b.clone(),
-                CatalogOptions {
+                KeyspaceOptions {
                     durability: Durability::Buffered,
                     ..Default::default()
                 },

@@ -17,7 +17,7 @@ use rocklake_core::backend::{visit_all, KeyRange, KvBackend, Order, Pager, Write
 use rocklake_core::keys::{self, ColumnKey, DataFileKey, Key, RowKey, TableKey};
 use rocklake_core::keystone;
 use rocklake_core::values::Value;
-use rocklake_core::{Catalog, CatalogOptions, Durability, KeyChoice, Result};
+use rocklake_core::{Durability, KeyChoice, Keyspace, KeyspaceOptions, Result};
 use serde::Serialize;
 
 mod harness;

@@ -34,6 +34,7 @@ impl RawEngine for RawSlate {
     async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let v = self
             .0
+            .engine_ref()
             .raw_db()
             .get(key)
             .await
@@ -61,6 +62,7 @@ impl RawEngine for RawSlate {
         );
         let mut it = self
             .0
+            .engine_ref()
             .raw_db()
             .scan_with_options(range, &opts)
             .await
@@ -87,7 +89,7 @@ impl RawEngine for RawSlate {
         for (k, v) in pairs {
             b.put(k, v);
         }
-        let db = self.0.raw_db();
+        let db = self.0.engine_ref().raw_db();
         db.write(b)
             .await
             .map_err(|e| rocklake_slatedb::map_err("raw write", e))?;

@@ -339,9 +339,9 @@ pub async fn keystone_workloads(
     budget: Budget,
 ) -> Result<Vec<Measurement>> {
     let mut out = Vec::new();
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         backend,
-        CatalogOptions {
+        KeyspaceOptions {
             id_reservation: 1 << 16,
             durability: Durability::Buffered,
             ..Default::default()
@@ -475,7 +475,7 @@ pub async fn keystone_workloads(
 /// A commit refused because another committer's later snapshot became visible first (see
 /// `Transaction`'s "Snapshot order") is run again, as a client would; the time of a commit
 /// includes its retries.
-pub async fn commit_snapshot(cat: &Catalog, files: usize) -> Result<u64> {
+pub async fn commit_snapshot(cat: &Keyspace, files: usize) -> Result<u64> {
     loop {
         let mut t = cat.begin().await?;
         let snap = t.write_snapshot().await?;
@@ -498,7 +498,7 @@ pub async fn commit_snapshot(cat: &Catalog, files: usize) -> Result<u64> {
 
 /// List the data files of `table_id` visible at the latest snapshot, reading each one's path
 /// (as the SQLite side reads its `path` column).
-pub async fn list_files(cat: &Catalog, table_id: u64) -> Result<usize> {
+pub async fn list_files(cat: &Keyspace, table_id: u64) -> Result<usize> {
     let path = rocklake_core::tags::DATA_FILE
         .info()
         .and_then(|t| t.column_index("path"))
@@ -537,9 +537,9 @@ pub async fn catalog_workloads(
 ) -> Result<Vec<Measurement>> {
     let mut out = Vec::new();
     for durability in [Durability::Buffered, Durability::Durable] {
-        let cat = Catalog::open_with(
+        let cat = Keyspace::open_with(
             backend.clone(),
-            CatalogOptions {
+            KeyspaceOptions {
                 durability,
                 ..Default::default()
             },
@@ -581,9 +581,9 @@ pub async fn catalog_workloads(
     }
     // Read workloads, with tables of 100, 10k (and 100k) files.
     let sql = sqlite::Sqlite::open(&dir.join(format!("sqlite-{subject}-reads.db")), false)?;
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         backend.clone(),
-        CatalogOptions {
+        KeyspaceOptions {
             durability: Durability::Buffered,
             ..Default::default()
         },
@@ -663,9 +663,9 @@ pub async fn group_commit(
     budget: Budget,
 ) -> Result<Vec<Measurement>> {
     let mut out = Vec::new();
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         backend,
-        CatalogOptions {
+        KeyspaceOptions {
             durability: Durability::Durable,
             ..Default::default()
         },

@@ -1,12 +1,19 @@
 //! The crash check: a child process commits in a loop and reports each acknowledged commit; the
-//! parent kills it (SIGKILL) at a random moment, reopens the store and checks that every
-//! acknowledged commit is there, no commit is half there, no mark went backwards and no id was
-//! issued twice.
+//! parent kills it (SIGKILL) at a random moment (also while it opens the store and recovers,
+//! and while it deletes, raises retain-from, runs GC and PURGE), reopens the store and checks
+//! that every acknowledged commit is there, no commit is half there (every companion row, and
+//! no companion row without its table row), no mark went backwards and no id was issued twice,
+//! also against every id seen in earlier rounds. The child must die of the kill: one that
+//! exited on its own fails the check with its stderr.
 //!
-//! Each commit of the child inserts one `ducklake_table` row with an issued id and
-//! [`COMPANIONS`] `ducklake_file_column_stats` rows keyed by that id, in one transaction.
+//! Each insert of the child writes one `ducklake_table` row with an issued id and
+//! [`COMPANIONS`] `ducklake_file_column_stats` rows keyed by that id, in one transaction; each
+//! delete removes a table row and its companions in one transaction.
+//!
+//! The kill timing comes from a seed the report prints (`ROCKLAKE_CRASH_SEED` replays it; the
+//! child's own pace still varies from run to run).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +22,8 @@ use rand::{Rng, SeedableRng};
 use rocklake_core::backend::{KeyRange, KvBackend, Order, Pager};
 use rocklake_core::keys::{self, Key};
 use rocklake_core::keystone;
-use rocklake_core::values::Row;
-use rocklake_core::{Catalog, CatalogOptions, KeyChoice, Value};
+use rocklake_core::values::{Binding, Row};
+use rocklake_core::{KeyChoice, Keyspace, KeyspaceOptions, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::Target;
@@ -24,22 +31,85 @@ use crate::Target;
 /// Rows written with each table row.
 pub const COMPANIONS: u64 = 3;
 
-/// Prefix of the line a child prints after each acknowledged (durable) commit.
+/// Prefix of the line a child prints after each acknowledged (durable) insert.
 pub const ACK: &str = "ACK ";
+
+/// Prefix of the line a child prints after each acknowledged (durable) insert of a row its
+/// maintaining task deletes next.
+pub const ACK_DOOMED: &str = "ACKD ";
+
+/// Prefix of the line a child prints after each acknowledged (durable) delete.
+pub const DELETED: &str = "DEL ";
 
 /// Committers the child runs at once, so that kills also land while commits share a flush
 /// (group commit).
 pub const COMMITTERS: usize = 4;
 
+/// The variable that carries the store's location to a crash child run as a test (see
+/// [`child_command`]).
+pub const CHILD_ENV: &str = "ROCKLAKE_CRASH_CHILD_URL";
+
+/// Whether this process is a crash child started by [`child_command`].
+pub fn in_child() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
+}
+
+/// The crash child of a suite stamped by [`crate::suite!`] in module `module` (its
+/// `module_path!()`): this test binary again, running only that module's ignored
+/// `crash_child` test, with the store's location in [`CHILD_ENV`].
+pub fn child_command(module: &str) -> Option<crate::ChildCommand> {
+    let exe = std::env::current_exe().ok()?;
+    // The first segment names the test binary's crate; test names start after it.
+    let test = match module.split_once("::") {
+        Some((_, rest)) => format!("{rest}::crash_child"),
+        None => "crash_child".to_string(),
+    };
+    Some(Arc::new(move |url: &str| {
+        let mut c = std::process::Command::new(&exe);
+        c.args([test.as_str(), "--exact", "--ignored", "--nocapture"])
+            .args(["--test-threads", "1"])
+            .env(CHILD_ENV, url);
+        c
+    }))
+}
+
+/// The body of a stamped suite's `crash_child` test: in a child started by [`child_command`],
+/// open the store of [`CHILD_ENV`] with the target's factory and commit until killed. Run by
+/// hand (`--ignored`) without that variable it says so and returns.
+pub fn run_child_test(make: impl FnOnce() -> Option<Target>) {
+    let Ok(url) = std::env::var(CHILD_ENV) else {
+        eprintln!("crash_child only runs as the crash check's child ({CHILD_ENV} is not set)");
+        return;
+    };
+    let Some(target) = make() else {
+        eprintln!("crash child: the target is not available here");
+        std::process::exit(3);
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the crash child");
+    runtime.block_on(async move {
+        match target.open(&url).await {
+            Ok(backend) => child_main(backend).await,
+            Err(e) => {
+                eprintln!("crash child: cannot open {url}: {e}");
+                std::process::exit(3);
+            }
+        }
+    })
+}
+
 /// The child's loop: [`COMMITTERS`] tasks commit forever, each printing `ACK <id>` after each
 /// durable commit.
 pub async fn child_main(backend: Arc<dyn KvBackend>) -> ! {
     // A small reservation so that reservations, not only commits, are hit by kills.
-    let opts = CatalogOptions {
+    let opts = KeyspaceOptions {
         id_reservation: 16,
         ..Default::default()
     };
-    let cat = match Catalog::open_with(backend, opts).await {
+    let cat = match Keyspace::open_with(backend, opts).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("crash child: cannot open the catalog: {e}");
@@ -50,10 +120,83 @@ pub async fn child_main(backend: Arc<dyn KvBackend>) -> ! {
         let cat = cat.clone();
         tokio::spawn(async move { commit_loop(cat).await });
     }
+    let maintainer = cat.clone();
+    tokio::spawn(async move { maintain_loop(maintainer).await });
     commit_loop(cat).await
 }
 
-async fn commit_loop(cat: Catalog) -> ! {
+/// Forever: delete a row this task inserted (with its companions), raise retain-from to the
+/// latest snapshot, GC, and PURGE the deleted key; print `DEL <id>` once the delete is durable.
+async fn maintain_loop(ks: Keyspace) -> ! {
+    use std::io::Write;
+    let fail = |what: &str, e: rocklake_core::Error| -> ! {
+        eprintln!("crash child: {what} failed: {e}");
+        std::process::exit(4);
+    };
+    loop {
+        let id = loop {
+            match commit_one(&ks).await {
+                Ok(id) => break id,
+                Err(e) if e.is_retryable() => continue,
+                Err(e) => fail("insert", e),
+            }
+        };
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{ACK_DOOMED}{id}");
+            let _ = out.flush();
+        }
+        loop {
+            match delete_one(&ks, id).await {
+                Ok(()) => break,
+                Err(e) if e.is_retryable() => continue,
+                Err(e) => fail("delete", e),
+            }
+        }
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{DELETED}{id}");
+            let _ = out.flush();
+        }
+        let maintained: rocklake_core::Result<()> = async {
+            let latest = ks.current_snapshot().await?;
+            ks.set_retain_from(latest).await?;
+            ks.gc().await?;
+            ks.purge(
+                &keystone::TABLE,
+                id..=id,
+                &rocklake_core::Admin::grant("crash-child"),
+            )
+            .await?;
+            Ok(())
+        }
+        .await;
+        match maintained {
+            Ok(()) => {}
+            Err(e) if e.is_retryable() => {}
+            Err(e) => fail("retain-from, GC or PURGE", e),
+        }
+    }
+}
+
+/// Delete the table row `id` and its companions in one transaction.
+async fn delete_one(ks: &Keyspace, id: u64) -> Result<(), rocklake_core::Error> {
+    let mut t = ks.begin().await?;
+    t.delete(&keystone::TABLE, id).await?;
+    for c in 1..=COMPANIONS {
+        t.delete_key(
+            &keys::FileColumnStatsKey {
+                file_id: id,
+                column_id: c,
+            }
+            .encode(),
+        )?;
+    }
+    t.commit().await?;
+    Ok(())
+}
+
+async fn commit_loop(cat: Keyspace) -> ! {
     use std::io::Write;
     let stdout = std::io::stdout();
     loop {
@@ -81,7 +224,7 @@ async fn commit_loop(cat: Catalog) -> ! {
 }
 
 /// One commit of the child: an issued table row and its companions.
-async fn commit_one(cat: &Catalog) -> Result<u64, rocklake_core::Error> {
+async fn commit_one(cat: &Keyspace) -> Result<u64, rocklake_core::Error> {
     let mut t = cat.begin().await?;
     let p = t
         .insert(
@@ -115,8 +258,53 @@ pub struct CrashSummary {
     pub rounds: usize,
     /// Commits acknowledged by children, in total.
     pub acknowledged: usize,
+    /// Deletes acknowledged by children, in total.
+    pub deleted: usize,
+    /// Rounds whose kill came before the child acknowledged anything (while it opened the
+    /// store and recovered).
+    pub during_open: usize,
     /// Table rows found after the last round.
     pub rows: usize,
+    /// The seed of the kill timing.
+    pub seed: u64,
+}
+
+/// The seed of the kill timing: `ROCKLAKE_CRASH_SEED`, or a new one.
+pub fn seed_from_env() -> Result<u64, String> {
+    match std::env::var("ROCKLAKE_CRASH_SEED") {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| format!("ROCKLAKE_CRASH_SEED={v:?} is not a whole number")),
+        Err(_) => Ok(rand::random::<u32>() as u64),
+    }
+}
+
+/// What the child printed: inserts and deletes it acknowledged.
+#[derive(Default)]
+struct Acks {
+    inserted: Vec<u64>,
+    /// Inserted by the maintaining task, which deletes them next.
+    doomed: Vec<u64>,
+    deleted: Vec<u64>,
+}
+
+impl Acks {
+    fn take(&mut self, line: &str) {
+        if let Some(id) = line
+            .strip_prefix(ACK_DOOMED)
+            .and_then(|s| s.trim().parse().ok())
+        {
+            self.inserted.push(id);
+            self.doomed.push(id);
+        } else if let Some(id) = line.strip_prefix(ACK).and_then(|s| s.trim().parse().ok()) {
+            self.inserted.push(id);
+        } else if let Some(id) = line
+            .strip_prefix(DELETED)
+            .and_then(|s| s.trim().parse().ok())
+        {
+            self.deleted.push(id);
+        }
+    }
 }
 
 /// Run `rounds` kill-and-check rounds against one store of `target`.
@@ -128,18 +316,27 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
         .map_err(|e| format!("fresh store: {e}"))?;
     let url = store.url.clone();
     // Initialise, then let the children own the store.
-    Catalog::open(store.backend.clone())
+    Keyspace::open(store.backend.clone())
         .await
         .map_err(|e| format!("init: {e}"))?
         .close()
         .await
         .map_err(|e| e.to_string())?;
     drop(store);
-    let mut summary = CrashSummary::default();
+    let seed = seed_from_env()?;
+    let mut summary = CrashSummary {
+        seed,
+        ..CrashSummary::default()
+    };
     let mut seen: BTreeSet<u64> = BTreeSet::new();
+    let mut deleted: BTreeSet<u64> = BTreeSet::new();
+    let mut doomed: BTreeSet<u64> = BTreeSet::new();
     let mut last_mark = 1u64;
-    let mut rng = rand::rngs::StdRng::from_os_rng();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     for round in 0..rounds {
+        let fail = |e: String| {
+            format!("round {round} (seed {seed}, replay with ROCKLAKE_CRASH_SEED={seed}): {e}")
+        };
         let mut cmd = tokio::process::Command::from(child(&url));
         cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -147,64 +344,114 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
             .kill_on_drop(true);
         let mut proc = cmd
             .spawn()
-            .map_err(|e| format!("round {round}: spawning the child: {e}"))?;
+            .map_err(|e| fail(format!("spawning the child: {e}")))?;
         let stdout = proc.stdout.take().ok_or("no stdout")?;
         let mut lines = BufReader::new(stdout).lines();
-        let mut acked = Vec::new();
-        // Wait for the first acknowledgement (the child is up), then let it run a random while.
-        let first = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.ok().flatten() {
-                if let Some(id) = line.strip_prefix(ACK) {
-                    return id.trim().parse::<u64>().ok();
+        let mut acks = Acks::default();
+        // One round in five kills the child while it opens the store (recovering what the last
+        // kill left); the others wait for its first acknowledgement, then a random while.
+        if rng.random_range(0..5) == 0 {
+            let early =
+                tokio::time::Instant::now() + Duration::from_millis(rng.random_range(0..40));
+            while let Ok(Ok(Some(line))) = tokio::time::timeout_at(early, lines.next_line()).await {
+                acks.take(&line);
+            }
+        } else {
+            let first = tokio::time::timeout(Duration::from_secs(60), async {
+                while let Some(line) = lines.next_line().await.ok().flatten() {
+                    acks.take(&line);
+                    if !acks.inserted.is_empty() {
+                        return true;
+                    }
                 }
-            }
-            None
-        })
-        .await;
-        match first {
-            Ok(Some(id)) => acked.push(id),
-            _ => {
-                let _ = proc.kill().await;
+                false
+            })
+            .await;
+            if first != Ok(true) {
+                let _ = proc.start_kill();
                 let out = proc.wait_with_output().await.map_err(|e| e.to_string())?;
-                return Err(format!(
-                    "round {round}: the child acknowledged nothing; its stderr: {}",
+                return Err(fail(format!(
+                    "the child acknowledged nothing ({}); its stderr: {}",
+                    out.status,
                     String::from_utf8_lossy(&out.stderr).trim()
-                ));
+                )));
+            }
+            let deadline =
+                tokio::time::Instant::now() + Duration::from_millis(rng.random_range(0..120));
+            while let Ok(Ok(Some(line))) =
+                tokio::time::timeout_at(deadline, lines.next_line()).await
+            {
+                acks.take(&line);
             }
         }
-        let run_for = Duration::from_millis(rng.random_range(0..120));
-        let deadline = tokio::time::Instant::now() + run_for;
-        while let Ok(Ok(Some(line))) = tokio::time::timeout_at(deadline, lines.next_line()).await {
-            if let Some(id) = line.strip_prefix(ACK).and_then(|s| s.trim().parse().ok()) {
-                acked.push(id);
-            }
-        }
-        proc.start_kill()
-            .map_err(|e| format!("round {round}: kill: {e}"))?;
+        proc.start_kill().map_err(|e| fail(format!("kill: {e}")))?;
         // Lines already written before the kill are acknowledgements too.
         while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(id) = line.strip_prefix(ACK).and_then(|s| s.trim().parse().ok()) {
-                acked.push(id);
+            acks.take(&line);
+        }
+        let out = proc
+            .wait_with_output()
+            .await
+            .map_err(|e| fail(format!("waiting for the child: {e}")))?;
+        if !killed(&out.status) {
+            return Err(fail(format!(
+                "the child was not ended by the kill but {}; its stderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        if acks.inserted.is_empty() && acks.deleted.is_empty() {
+            summary.during_open += 1;
+        }
+        summary.acknowledged += acks.inserted.len();
+        summary.deleted += acks.deleted.len();
+        for id in &acks.inserted {
+            if seen.contains(id) {
+                return Err(fail(format!(
+                    "id {id} was acknowledged as newly issued, but an earlier round had it already"
+                )));
             }
         }
-        let _ = proc.wait().await;
-        summary.acknowledged += acked.len();
 
         let backend = open_retrying(target, &url)
             .await
-            .map_err(|e| format!("round {round}: reopen: {e}"))?;
-        let check = check_store(backend.clone(), &acked, &mut seen, &mut last_mark).await;
+            .map_err(|e| fail(format!("reopen: {e}")))?;
+        deleted.extend(acks.deleted.iter().copied());
+        doomed.extend(acks.doomed.iter().copied());
+        let check = check_store(
+            backend.clone(),
+            &acks.inserted,
+            &doomed,
+            &deleted,
+            &mut seen,
+            &mut last_mark,
+        )
+        .await;
         let _ = backend.close().await;
         check.map_err(|e| {
-            format!(
-                "round {round} (after {} acknowledged commits): {e}",
-                acked.len()
-            )
+            fail(format!(
+                "after {} acknowledged inserts and {} deletes: {e}",
+                acks.inserted.len(),
+                acks.deleted.len()
+            ))
         })?;
         summary.rounds += 1;
     }
     summary.rows = seen.len();
     Ok(summary)
+}
+
+/// Whether the child died of SIGKILL (on Unix; elsewhere any end counts).
+fn killed(status: &std::process::ExitStatus) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal() == Some(9)
+    }
+    #[cfg(not(unix))]
+    {
+        !status.success()
+    }
 }
 
 async fn open_retrying(target: &Target, url: &str) -> rocklake_core::Result<Arc<dyn KvBackend>> {
@@ -225,14 +472,17 @@ async fn open_retrying(target: &Target, url: &str) -> rocklake_core::Result<Arc<
 async fn check_store(
     backend: Arc<dyn KvBackend>,
     acked: &[u64],
+    doomed: &BTreeSet<u64>,
+    deleted: &BTreeSet<u64>,
     seen: &mut BTreeSet<u64>,
     last_mark: &mut u64,
 ) -> Result<(), String> {
-    let cat = Catalog::open_read_only(backend.clone())
+    let ks = Keyspace::open_read_only(backend.clone())
         .await
         .map_err(|e| e.to_string())?;
     let view = backend.view().await.map_err(|e| e.to_string())?;
-    let mut bound = BTreeSet::new();
+    // Every bound key of the table space: live or deleted.
+    let mut bound: BTreeMap<u64, bool> = BTreeMap::new();
     let mut pager = Pager::new(
         view.as_ref(),
         KeyRange::prefix(&keys::binding_prefix(keystone::TABLE.code())),
@@ -240,44 +490,77 @@ async fn check_store(
         1000,
     );
     while let Some(page) = pager.next_page().await.map_err(|e| e.to_string())? {
-        for (k, _) in page {
+        for (k, v) in page {
             if let Ok(Key::Binding { id, .. }) = Key::decode(&k) {
-                bound.insert(id);
+                let b = Binding::decode_at(&k, &v).map_err(|e| e.to_string())?;
+                bound.insert(id, !b.is_deleted());
+            }
+        }
+    }
+    // Companion rows per table key.
+    let mut companions: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut pager = Pager::new(
+        view.as_ref(),
+        KeyRange::prefix(&[rocklake_core::tags::FILE_COLUMN_STATS.0]),
+        Order::Ascending,
+        1000,
+    );
+    while let Some(page) = pager.next_page().await.map_err(|e| e.to_string())? {
+        for (k, _) in page {
+            if let Ok(Key::Row { fields, .. }) = Key::decode(&k) {
+                *companions.entry(fields[0]).or_default() += 1;
             }
         }
     }
     for id in acked {
-        if !bound.contains(id) {
+        let want_live = !deleted.contains(id);
+        match bound.get(id) {
+            None if want_live && !doomed.contains(id) => {
+                return Err(format!(
+                    "acknowledged insert of id {id} is missing after the crash"
+                ))
+            }
+            // Only the maintaining task deletes, only what it inserted (acknowledged as
+            // `ACKD`), and its delete in flight at the kill may have landed.
+            None | Some(false) if want_live && !doomed.contains(id) => {
+                return Err(format!(
+                    "id {id} is gone or deleted after the crash, but nothing deleted it"
+                ))
+            }
+            _ => {}
+        }
+    }
+    for id in deleted {
+        if bound.get(id) == Some(&true) {
             return Err(format!(
-                "acknowledged commit of id {id} is missing after the crash"
+                "acknowledged delete of id {id} is undone after the crash"
             ));
         }
     }
     let prev_max = seen.iter().next_back().copied().unwrap_or(0);
-    for id in &bound {
-        let mut n = 0;
-        let mut companions = Pager::new(
-            view.as_ref(),
-            KeyRange::prefix(&keys::prefix(
-                rocklake_core::tags::FILE_COLUMN_STATS,
-                &[*id],
-            )),
-            Order::Ascending,
-            16,
-        );
-        while let Some(page) = companions.next_page().await.map_err(|e| e.to_string())? {
-            n += page.len() as u64;
-        }
-        if n != COMPANIONS {
+    for (id, live) in &bound {
+        let n = companions.get(id).copied().unwrap_or(0);
+        let want = if *live { COMPANIONS } else { 0 };
+        if n != want {
             return Err(format!(
-                "commit of id {id} is half there: {n} of {COMPANIONS} companion rows"
+                "commit of id {id} is half there: {n} of {want} companion rows (the row is {})",
+                if *live { "live" } else { "deleted" }
             ));
         }
         if !seen.contains(id) && *id <= prev_max {
-            return Err(format!("id {id} was issued after a crash although ids up to {prev_max} were already issued"));
+            return Err(format!(
+                "id {id} was issued after a crash although ids up to {prev_max} were already issued"
+            ));
         }
     }
-    let mark = cat
+    for (id, n) in &companions {
+        if bound.get(id) != Some(&true) {
+            return Err(format!(
+                "{n} companion rows of id {id} are there without its live table row (orphans)"
+            ));
+        }
+    }
+    let mark = ks
         .describe(&keystone::TABLE)
         .await
         .map_err(|e| e.to_string())?
@@ -287,7 +570,7 @@ async fn check_store(
             "the mark of id space table went backwards: {last_mark} -> {mark}"
         ));
     }
-    if let Some(max) = bound.iter().next_back() {
+    if let Some(max) = bound.keys().next_back() {
         if mark <= *max {
             return Err(format!(
                 "the mark next_id={mark} is not above the largest bound id {max}"
@@ -295,6 +578,7 @@ async fn check_store(
         }
     }
     *last_mark = mark;
-    seen.extend(bound);
+    seen.extend(bound.keys().copied());
+    seen.extend(acked.iter().copied());
     Ok(())
 }

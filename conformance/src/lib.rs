@@ -1,10 +1,11 @@
 //! One suite of checks that every RockLake engine must pass.
 //!
-//! Each check is a plain async function over a [`Target`]: a way to make fresh stores of one
-//! engine (by URL), reopen them, and (where the engine persists) run a writer in a child process
-//! that can be killed. [`suite!`] stamps one `#[tokio::test]` per check for a target, so one
-//! failure never hides another; `rocklake conformance URL` runs the same checks against any
-//! store and prints a table.
+//! Each check is a plain async function over a [`Target`]: a store factory of one engine (it
+//! makes fresh stores at new locations and opens them again), and, where the engine persists, a
+//! way to run a writer in a child process that can be killed. Each engine crate stamps the whole
+//! suite in its own `tests/` with one [`suite!`] call (one `#[tokio::test]` per check, so one
+//! failure never hides another; the crash check's child is the same test binary, run again);
+//! `rocklake conformance URL` runs the same checks against any store and prints a table.
 //!
 //! What an engine cannot do is declared by its [`Capabilities`]: a check that does not apply
 //! returns [`Outcome::NotApplicable`] with the reason, and the table shows it; nothing is skipped
@@ -13,6 +14,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -27,10 +30,12 @@ use rocklake_core::error::{Error, Result};
 pub mod checks;
 pub mod crash;
 pub mod faulty;
+pub mod rows;
 
 pub use faulty::{FaultyBackend, FaultyHandle};
 
-/// Opens a store by URL (the facade's `rocklake::open`, passed in to avoid a dependency cycle).
+/// The store factory: opens (creating if needed) the store at a location of the target (a URL
+/// for `rocklake conformance`, `dir:///path` for [`Target::in_temp_folders`]).
 pub type Opener =
     Arc<dyn Fn(String) -> BoxFuture<'static, Result<Arc<dyn KvBackend>>> + Send + Sync>;
 
@@ -83,6 +88,19 @@ impl Target {
         opener: Opener,
         child: Option<ChildCommand>,
     ) -> Target {
+        if crash::in_child() {
+            // The crash child opens the URL it is given; it needs no folder of its own (and a
+            // killed child would leave it behind).
+            return Target {
+                name: name.into(),
+                base: String::new(),
+                ephemeral: false,
+                opener,
+                child,
+                crash_rounds: 0,
+                _dir: None,
+            };
+        }
         let dir = tempfile::Builder::new()
             .prefix("rocklake-conformance-")
             .tempdir()
@@ -97,6 +115,32 @@ impl Target {
             crash_rounds: crash_rounds_from_env(20),
             _dir: Some(Arc::new(dir)),
         }
+    }
+
+    /// A target whose stores are folders under a new temporary folder, each opened with `open`.
+    /// [`suite!`] gives it a crash child: the test binary itself.
+    pub fn in_temp_folders<F, Fut>(name: &str, open: F) -> Target
+    where
+        F: Fn(PathBuf) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Arc<dyn KvBackend>>> + Send + 'static,
+    {
+        let opener: Opener = Arc::new(move |location: String| {
+            let path = PathBuf::from(location.strip_prefix("dir://").unwrap_or(&location));
+            Box::pin(open(path))
+        });
+        Target::in_temp_dir(name, "dir", opener, None)
+    }
+
+    /// A target of in-memory stores, each made by `make` (every open is new and empty).
+    pub fn in_memory<F>(name: &str, make: F) -> Target
+    where
+        F: Fn() -> Arc<dyn KvBackend> + Send + Sync + 'static,
+    {
+        let opener: Opener = Arc::new(move |_| {
+            let store = make();
+            Box::pin(async move { Ok(store) })
+        });
+        Target::ephemeral(name, "memory://", opener)
     }
 
     /// A target of in-memory stores (every open is new and empty).
@@ -137,6 +181,15 @@ impl Target {
         }
     }
 
+    /// Give a persistent target without a crash child the test binary it runs in as one
+    /// ([`crash::child_command`]); `module` is the `module_path!()` of the stamped suite.
+    pub fn with_self_child(mut self, module: &str) -> Target {
+        if self.child.is_none() && !self.ephemeral {
+            self.child = crash::child_command(module);
+        }
+        self
+    }
+
     /// Make a fresh, empty store.
     pub async fn fresh(&self) -> Result<Store> {
         let url = if self.ephemeral {
@@ -167,11 +220,16 @@ impl Target {
 }
 
 /// The crash rounds asked for by `ROCKLAKE_CRASH_ROUNDS`, or `default`.
+///
+/// # Panics
+/// When the variable is set but not a whole number: a typo must not quietly run the default.
 pub fn crash_rounds_from_env(default: usize) -> usize {
-    std::env::var("ROCKLAKE_CRASH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    match std::env::var("ROCKLAKE_CRASH_ROUNDS") {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            panic!("ROCKLAKE_CRASH_ROUNDS={v:?} is not a whole number of rounds")
+        }),
+        Err(_) => default,
+    }
 }
 
 /// How a check ended.
@@ -301,10 +359,12 @@ macro_rules! with_checks {
     };
 }
 
-/// Stamp one `#[tokio::test]` per check for a target-making expression.
+/// Stamp the whole suite for a target-making expression: one `#[tokio::test]` per check, and
+/// the crash check's child (an ignored test that the crash check runs in a copy of this test
+/// binary; see [`crash::child_command`]).
 ///
 /// ```text
-/// conformance::suite!(sled, my_sled_target());
+/// conformance::suite!(sled, Target::in_temp_folders("sled", open_sled));
 /// conformance::suite!(s3, optional maybe_an_s3_target());
 /// ```
 ///
@@ -317,6 +377,7 @@ macro_rules! suite {
             #[allow(unused_imports)]
             use super::*;
             $crate::with_checks!(suite @cases optional $target);
+            $crate::suite!(@child optional $target);
         }
     };
     ($module:ident, $target:expr) => {
@@ -324,6 +385,7 @@ macro_rules! suite {
             #[allow(unused_imports)]
             use super::*;
             $crate::with_checks!(suite @cases required $target);
+            $crate::suite!(@child required $target);
         }
     };
     (@target required $target:expr) => {
@@ -335,11 +397,25 @@ macro_rules! suite {
             None => return,
         }
     };
+    (@maybe required $target:expr) => {
+        Some($target)
+    };
+    (@maybe optional $target:expr) => {
+        $target
+    };
+    (@child $mode:ident $target:expr) => {
+        #[test]
+        #[ignore = "the crash check's child process: crash_durability runs it, never on its own"]
+        fn crash_child() {
+            $crate::crash::run_child_test(|| $crate::suite!(@maybe $mode $target));
+        }
+    };
     (@cases $mode:ident $target:expr; $($check:ident),*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                let target = $crate::suite!(@target $mode $target);
+                let target = $crate::suite!(@target $mode $target)
+                    .with_self_child(module_path!());
                 let report = $crate::run_case(&target, stringify!($check), |t| Box::pin($crate::checks::$check(t))).await;
                 match report.outcome {
                     "fail" => panic!("[{}] {} failed: {}", target.name, stringify!($check), report.detail),

@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rocklake::{Catalog, Error};
+use rocklake::{Error, Keyspace};
 use serde_json::json;
 
 mod cmd;
@@ -191,12 +191,12 @@ fn print(json: bool, value: serde_json::Value, text: impl FnOnce() -> String) {
     }
 }
 
-async fn writer(url: &str) -> Result<Catalog, Error> {
-    Catalog::open(rocklake::open(url).await?).await
+async fn writer(url: &str) -> Result<Keyspace, Error> {
+    Keyspace::open(rocklake::open(url).await?).await
 }
 
-async fn reader(url: &str) -> Result<Catalog, Error> {
-    Catalog::open_read_only(rocklake::open(url).await?).await
+async fn reader(url: &str) -> Result<Keyspace, Error> {
+    Keyspace::open_read_only(rocklake::open(url).await?).await
 }
 async fn run(command: Command, json: bool) -> CliResult {
     match command {

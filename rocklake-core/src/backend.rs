@@ -1,10 +1,12 @@
-//! The `KvBackend` trait: the small surface an engine implements.
+//! The `KvBackend` trait: the store the catalog is written against.
 //!
-//! An engine provides ordered point reads and range scans ([`ReadView`]), atomic conditional
+//! A store provides ordered point reads and range scans ([`ReadView`]), atomic conditional
 //! batches with a durability choice, a consistent read view, flush and close. Everything else
 //! (typed rows, MVCC, transactions, fencing, Keystone ids) is derived once, above this trait, in
-//! this crate. [`crate::memory::MemoryBackend`] is the reference model and the template a new
-//! engine copies.
+//! this crate. Engines do not implement it directly: they implement the smaller
+//! [`crate::engine::Engine`], and [`crate::engine::EngineBackend`] turns that into a
+//! `KvBackend` (preconditions, group commit, views, close) the same way for every engine;
+//! [`crate::memory::MemoryEngine`] is the template a new engine copies.
 //!
 //! Keys and values are arbitrary byte strings; keys compare as unsigned bytes (`memcmp`), shorter
 //! first on a common prefix. Engines must not impose another order.
@@ -17,7 +19,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::keys;
 
 /// One key/value pair returned by a scan.
 pub type KvPair = (Bytes, Bytes);
@@ -307,25 +308,6 @@ impl WriteBatch {
     }
 }
 
-/// Check every precondition of `batch` with `get` (a read of the current state, taken while the
-/// engine holds whatever lock makes check-and-apply atomic). Engines call this helper rather than
-/// writing the comparison again.
-pub fn check_preconditions<F>(batch: &WriteBatch, mut get: F) -> Result<()>
-where
-    F: FnMut(&[u8]) -> Result<Option<Bytes>>,
-{
-    for p in &batch.preconditions {
-        let found = get(&p.key)?;
-        if found.as_deref() != p.expected.as_deref() {
-            return Err(Error::ConditionFailed {
-                key: keys::render(&p.key),
-                raw_key: p.key.to_vec(),
-            });
-        }
-    }
-    Ok(())
-}
-
 /// What an engine can and cannot do. Tests and the conformance suite read this instead of
 /// skipping checks silently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -578,7 +560,7 @@ mod tests {
     /// when told (not just for the current page).
     #[tokio::test]
     async fn visit_all_pages_in_order_and_stops_when_told() {
-        let store = crate::memory::MemoryBackend::new();
+        let store = crate::memory::MemoryBackend::default();
         let mut w = WriteBatch::new();
         for i in 0..3000u32 {
             w.put(

@@ -65,6 +65,11 @@ impl GroupCommit {
         self.applied.fetch_add(1, AtomicOrdering::AcqRel) + 1
     }
 
+    /// The number of the last batch applied (0 before the first).
+    pub fn last_applied(&self) -> u64 {
+        self.applied.load(AtomicOrdering::Acquire)
+    }
+
     /// Return once batch `seq` is durable. Whichever waiter leads calls `sync`, which must make
     /// every batch applied before it was called durable; its error is returned as it is.
     pub async fn wait_durable<F, Fut>(&self, seq: u64, sync: F) -> Result<()>

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::backend::{visit_all, KeyRange, ReadView};
-use crate::catalog::{current_snapshot_in, epoch_key, read_u64, sys_key, Catalog};
 use crate::error::Result;
+use crate::keyspace::{current_snapshot_in, epoch_key, read_u64, sys_key, Keyspace};
 use crate::tags::{self, system};
 
 /// Summary of a catalog for `rocklake info`.
@@ -24,7 +24,7 @@ pub struct CatalogInfo {
     pub counts: BTreeMap<String, u64>,
 }
 
-impl Catalog {
+impl Keyspace {
     /// Engine, format, epoch, floor and keys per table.
     pub async fn info(&self) -> Result<CatalogInfo> {
         info_of(self.inner.backend.as_ref(), self.inner.backend.engine()).await

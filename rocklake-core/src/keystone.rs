@@ -32,11 +32,14 @@
 use std::fmt;
 use std::sync::Mutex;
 
+use bytes::Bytes;
 use serde::Serialize;
 
+use crate::backend::WriteBatch;
 use crate::error::{Error, Result};
-use crate::keys::{self, row_key};
-use crate::tags::{self, Tag};
+use crate::keys::{self, row_key, Key};
+use crate::tags::{self, Tag, TagInfo};
+use crate::values::{self, Binding, Value};
 
 /// The largest id: `2^48 - 1`.
 pub const MAX_ID: u64 = (1 << 48) - 1;
@@ -346,6 +349,27 @@ impl SpaceState {
             >= id
     }
 
+    /// When the reservation is used up: the counter write that reserves the next `per` ids
+    /// (never past [`MAX_ID`]) and the ceiling it sets; `None` while ids are still reserved.
+    /// The caller writes it durably, as this writer, under the commit lock, then calls
+    /// [`SpaceState::raise_ceiling`]: an id must never be issued twice after a crash.
+    pub(crate) fn next_reservation(&self, per: u64) -> Result<Option<(WriteBatch, u64)>> {
+        let m = self.marks();
+        if m.mark < m.ceiling {
+            return Ok(None);
+        }
+        if m.mark > MAX_ID {
+            return Err(exhausted(self.space));
+        }
+        let ceiling = m.mark.saturating_add(per).min(MAX_ID + 1);
+        let mut batch = WriteBatch::new();
+        batch.put(
+            self.space.counter_key(),
+            Bytes::copy_from_slice(&values::encode_u64(ceiling)),
+        );
+        Ok(Some((batch, ceiling)))
+    }
+
     pub(crate) fn raise_ceiling(&self, to: u64) {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         m.ceiling = m.ceiling.max(to);
@@ -485,6 +509,144 @@ impl fmt::Display for Budget {
         }
         Ok(())
     }
+}
+
+// The rules a transaction applies to the rows of an id space.
+
+pub(crate) fn already_exists(space: &IdSpace, id: u64, b: &Binding) -> Error {
+    let at = keys::render(&b.row_key);
+    let message = if b.is_deleted() {
+        format!(
+            "duplicate key {id} in id space {:?}: a row with this key was deleted at snapshot {}; \
+             PURGE frees its key (row at {at})",
+            space.name,
+            b.deleted_at.unwrap_or(0)
+        )
+    } else {
+        format!(
+            "duplicate key {id} in id space {:?} already present at {at}",
+            space.name
+        )
+    };
+    Error::AlreadyExists {
+        space: space.name.to_string(),
+        id,
+        deleted: b.is_deleted(),
+        message,
+    }
+}
+
+/// The table of an id space.
+pub(crate) fn table_of(space: &IdSpace) -> Result<&'static TagInfo> {
+    space
+        .table
+        .info()
+        .ok_or_else(|| Error::NotFound(format!("table of id space {:?}", space.name)))
+}
+
+/// A parent id must be an id too.
+pub(crate) fn check_parent(space: &IdSpace, parent: u64) -> Result<()> {
+    if parent == 0 || parent > MAX_ID {
+        return Err(Error::OutOfRange {
+            message: format!(
+                "parent id {parent} of a row of id space {:?} is outside [1, {}]",
+                space.name, MAX_ID
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The parent id in a row key of a child space.
+pub(crate) fn parent_of(space: &IdSpace, row_key: &[u8]) -> Option<u64> {
+    if space.layout != Layout::ChildVersioned {
+        return None;
+    }
+    match Key::decode(row_key) {
+        Ok(Key::Row { fields, .. }) => fields.first().copied(),
+        _ => None,
+    }
+}
+
+/// The column holding a child row's parent id (e.g. `table_id` of a column).
+pub(crate) fn parent_column(space: &IdSpace, table: &TagInfo) -> Option<(&'static str, usize)> {
+    if space.layout != Layout::ChildVersioned {
+        return None;
+    }
+    let name = *table.key_fields.first()?;
+    Some((name, table.column_index(name)?))
+}
+
+/// The id column (and a child's parent column) must agree with the key, or be NULL. `id` is
+/// `None` for a key the engine will issue: then the id column must be NULL.
+pub(crate) fn check_identity(
+    space: &IdSpace,
+    table: &TagInfo,
+    cells: &[Value],
+    id: Option<u64>,
+    parent: Option<u64>,
+) -> Result<()> {
+    let id_col = space
+        .id_column()
+        .and_then(|c| Some((c, table.column_index(c)?)));
+    for (column, index, want) in [
+        id_col.map(|(c, i)| (c, i, id)),
+        parent_column(space, table).map(|(c, i)| (c, i, parent)),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let cell = cells.get(index).unwrap_or(&Value::Null);
+        if *cell == Value::Null {
+            continue;
+        }
+        match want {
+            Some(w) if *cell == Value::Int(w as i64) => {}
+            Some(w) => {
+                return Err(Error::InvalidArgument(format!(
+                    "column {column}={cell} of a {} row contradicts its key, whose {column} is \
+                     {w}: leave the column NULL or give the same value",
+                    table.name
+                )))
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "column {column}={cell} of a {} row whose key the engine issues: leave it \
+                     NULL, it is filled with the issued key",
+                    table.name
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fill the id column (and a child's parent column) when left NULL.
+pub(crate) fn fill_identity(
+    space: &IdSpace,
+    table: &TagInfo,
+    cells: &mut Vec<Value>,
+    id: u64,
+    parent: Option<u64>,
+) {
+    let id_col = space.id_column().and_then(|c| table.column_index(c));
+    let parent_col = parent_column(space, table).map(|(_, i)| i);
+    for (index, value) in [(id_col, Some(id)), (parent_col, parent)] {
+        let (Some(index), Some(value)) = (index, value) else {
+            continue;
+        };
+        if cells.len() <= index {
+            cells.resize(index + 1, Value::Null);
+        }
+        if cells[index] == Value::Null {
+            cells[index] = Value::Int(value as i64);
+        }
+    }
+}
+
+/// Does `tag` hold rows of id space `space`? (Used by verification.)
+pub fn space_of_table(tag: tags::Tag) -> Option<&'static IdSpace> {
+    SPACES.iter().copied().find(|s| s.table == tag)
 }
 
 #[cfg(test)]

@@ -7,10 +7,10 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::backend::{Durability, KeyRange, Order, Pager, WriteBatch};
-use crate::catalog::{read_u64, sys_key, Catalog};
 use crate::error::{Error, Result};
 use crate::keys::{self, AuditKey, Key};
-use crate::keystone::{self, IdSpace, MAX_ID, SPACES};
+use crate::keyspace::{read_u64, sys_key, Keyspace};
+use crate::keystone::{self, IdSpace, SPACES};
 use crate::tags::{self, system, ValueKind};
 use crate::values::{self, AuditEntry, Binding, Row};
 
@@ -43,7 +43,7 @@ pub struct PurgeReport {
     pub audit_key: Option<String>,
 }
 
-impl Catalog {
+impl Keyspace {
     /// The `retain-from` floor (0 when unset).
     pub async fn retain_from(&self) -> Result<u64> {
         Ok(
@@ -235,25 +235,12 @@ impl Catalog {
     /// Issue an id while already holding the commit lock (no reservation write may take it).
     async fn issue_id_locked(&self, space: &'static IdSpace) -> Result<u64> {
         let st = self.state(space)?;
-        if let Some(id) = st.try_issue()? {
-            return Ok(id);
+        loop {
+            if let Some(id) = st.try_issue()? {
+                return Ok(id);
+            }
+            self.reserve_locked(st).await?;
         }
-        let m = st.marks();
-        let new_ceiling = m
-            .mark
-            .saturating_add(self.inner.options.id_reservation)
-            .min(MAX_ID + 1);
-        if m.mark > MAX_ID {
-            return Err(keystone::exhausted(space));
-        }
-        let mut batch = WriteBatch::new();
-        batch.put(
-            space.counter_key(),
-            Bytes::copy_from_slice(&values::encode_u64(new_ceiling)),
-        );
-        self.write_fenced(batch, Durability::Durable).await?;
-        st.raise_ceiling(new_ceiling);
-        st.try_issue()?.ok_or_else(|| keystone::exhausted(space))
     }
 
     /// Garbage-collect row versions that ended at or before `retain-from` (and before every

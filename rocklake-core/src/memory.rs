@@ -1,11 +1,14 @@
-//! The in-memory reference backend: a `BTreeMap` behind a lock.
+//! The in-memory reference engine: a `BTreeMap` behind a lock.
 //!
-//! It is the model the conformance suite compares engines against, and the template for a new
-//! engine: every method of [`KvBackend`] is here in its simplest correct form.
+//! [`MemoryBackend`] is the model the conformance suite compares engines against, and
+//! [`MemoryEngine`] the template for a new engine: every method of [`Engine`] is here in its
+//! simplest correct form; [`EngineBackend`] adds preconditions, group commit and close.
 //!
-//! Views are copy-on-write: the map lives in an `Arc`, a view clones the `Arc`, and a write that
-//! finds a view still holding the old map clones it first (`Arc::make_mut`). Writes while a view
-//! is open cost a copy of the map; that is fine for a model and for tests.
+//! Snapshots are copy-on-write: the map lives in an `Arc`, a snapshot clones the `Arc`, and a
+//! write that finds a snapshot still holding the old map clones it first (`Arc::make_mut`).
+//! Writes while a view is open cost a copy of the map; that is fine for a model and for tests.
+//! [`MemoryEngine::without_snapshots`] has none, so its views come from the undo overlay
+//! ([`crate::overlay`]), which is how the suite checks the overlay apart from sled.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -14,10 +17,8 @@ use std::sync::{Arc, RwLock};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::backend::{
-    check_preconditions, BatchOp, Capabilities, Durability, KeyRange, KvBackend, KvPair, Order,
-    ReadView, WriteBatch,
-};
+use crate::backend::{BatchOp, Capabilities, KeyRange, KvPair, Order, ReadView};
+use crate::engine::{Engine, EngineBackend};
 use crate::error::{Error, Result};
 
 type Map = BTreeMap<Bytes, Bytes>;
@@ -36,30 +37,63 @@ pub fn scan_map(map: &Map, range: &KeyRange, order: Order, limit: usize) -> Vec<
     }
 }
 
-/// An in-memory store. Nothing survives the process.
-#[derive(Debug, Default)]
-pub struct MemoryBackend {
-    map: RwLock<Arc<Map>>,
-    closed: AtomicBool,
+/// The in-memory reference store: [`MemoryEngine`] served through [`EngineBackend`].
+pub type MemoryBackend = EngineBackend<MemoryEngine>;
+
+impl Default for EngineBackend<MemoryEngine> {
+    fn default() -> Self {
+        EngineBackend::new(MemoryEngine::default())
+    }
 }
 
-impl MemoryBackend {
-    /// An empty store.
-    pub fn new() -> MemoryBackend {
+impl EngineBackend<MemoryEngine> {
+    /// An empty in-memory store.
+    pub fn memory() -> MemoryBackend {
         MemoryBackend::default()
-    }
-
-    /// An empty store, shared.
-    pub fn shared() -> Arc<MemoryBackend> {
-        Arc::new(MemoryBackend::new())
     }
 
     /// A new, open store holding what this one holds now: how a process that restarts finds
     /// the data after a clean shutdown. Tests use it to check what survives a close.
     pub fn reopened(&self) -> MemoryBackend {
-        MemoryBackend {
-            map: RwLock::new(self.current()),
+        let engine = self.engine_ref();
+        EngineBackend::new(MemoryEngine {
+            map: RwLock::new(engine.current()),
             closed: AtomicBool::new(false),
+            snapshots: engine.snapshots,
+        })
+    }
+}
+
+/// An in-memory engine. Nothing survives the process.
+#[derive(Debug)]
+pub struct MemoryEngine {
+    map: RwLock<Arc<Map>>,
+    closed: AtomicBool,
+    /// Whether [`Engine::snapshot`] gives native snapshots.
+    snapshots: bool,
+}
+
+impl Default for MemoryEngine {
+    fn default() -> Self {
+        MemoryEngine {
+            map: RwLock::default(),
+            closed: AtomicBool::new(false),
+            snapshots: true,
+        }
+    }
+}
+
+impl MemoryEngine {
+    /// An empty engine with native snapshots.
+    pub fn new() -> MemoryEngine {
+        MemoryEngine::default()
+    }
+
+    /// An empty engine without snapshots: its store's views come from the undo overlay.
+    pub fn without_snapshots() -> MemoryEngine {
+        MemoryEngine {
+            snapshots: false,
+            ..MemoryEngine::default()
         }
     }
 
@@ -77,7 +111,7 @@ impl MemoryBackend {
     }
 }
 
-/// A frozen map: the memory backend's read view.
+/// A frozen map: the memory engine's snapshot.
 #[derive(Debug)]
 struct MemoryView(Arc<Map>);
 
@@ -93,7 +127,7 @@ impl ReadView for MemoryView {
 }
 
 #[async_trait]
-impl ReadView for MemoryBackend {
+impl ReadView for MemoryEngine {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.check_open()?;
         let map = self.map.read().unwrap_or_else(|e| e.into_inner());
@@ -108,8 +142,8 @@ impl ReadView for MemoryBackend {
 }
 
 #[async_trait]
-impl KvBackend for MemoryBackend {
-    fn engine(&self) -> &'static str {
+impl Engine for MemoryEngine {
+    fn name(&self) -> &'static str {
         "memory"
     }
 
@@ -122,17 +156,12 @@ impl KvBackend for MemoryBackend {
         }
     }
 
-    async fn write(&self, batch: WriteBatch, _durability: Durability) -> Result<()> {
+    async fn apply(&self, ops: Vec<BatchOp>) -> Result<()> {
         self.check_open()?;
-        batch.validate()?;
         let mut guard = self.map.write().unwrap_or_else(|e| e.into_inner());
-        check_preconditions(&batch, |k| Ok(guard.get(k).cloned()))?;
-        if batch.ops.is_empty() {
-            return Ok(());
-        }
-        // Preconditions held and keys are valid: nothing below can fail half-way.
+        // Keys were validated by the backend: nothing below can fail half-way.
         let map = Arc::make_mut(&mut guard);
-        for op in batch.ops {
+        for op in ops {
             match op {
                 BatchOp::Put(k, v) => {
                     map.insert(k, v);
@@ -145,13 +174,16 @@ impl KvBackend for MemoryBackend {
         Ok(())
     }
 
-    async fn view(&self) -> Result<Arc<dyn ReadView>> {
-        self.check_open()?;
-        Ok(Arc::new(MemoryView(self.current())))
+    async fn sync(&self) -> Result<()> {
+        self.check_open()
     }
 
-    async fn flush(&self) -> Result<()> {
-        self.check_open()
+    async fn snapshot(&self) -> Result<Option<Arc<dyn ReadView>>> {
+        self.check_open()?;
+        if !self.snapshots {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(MemoryView(self.current()))))
     }
 
     async fn close(&self) -> Result<()> {

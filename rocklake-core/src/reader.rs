@@ -5,14 +5,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::backend::{visit_all, KeyRange, Order, Pager, ReadView};
-use crate::catalog::{check_readable_at, current_snapshot_in, Catalog};
 use crate::error::{Error, Result};
 use crate::keys::{self, Key};
+use crate::keyspace::{check_readable_at, current_snapshot_in, Keyspace};
 use crate::keystone::{self, IdSpace};
 use crate::tags::{self, ValueKind};
 use crate::values::{Binding, Row, RowView};
 
-impl Catalog {
+impl Keyspace {
     /// Open a reader at `snapshot` (the latest when `None`). PURGE waits for readers that can
     /// still see what it would remove. A snapshot below `retain-from` is refused.
     pub async fn reader(&self, snapshot: Option<u64>) -> Result<Reader> {
@@ -38,7 +38,7 @@ impl Catalog {
 
 /// A reader at one snapshot: a point-in-time view plus the MVCC filter. PURGE waits for it.
 pub struct Reader {
-    catalog: Catalog,
+    catalog: Keyspace,
     id: u64,
     snapshot: u64,
     view: Arc<dyn ReadView>,

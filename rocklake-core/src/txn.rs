@@ -19,11 +19,11 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::backend::{Durability, ReadView, WriteBatch};
-use crate::catalog::{current_snapshot_in, Catalog};
 use crate::error::{Error, Result};
 use crate::keys::{self, Key};
+use crate::keyspace::{current_snapshot_in, Keyspace};
 use crate::keystone::{self, IdSpace, Layout, MAX_DRAWS};
-use crate::tags::{self, TagInfo, ValueKind};
+use crate::tags::{TagInfo, ValueKind};
 use crate::values::{Binding, BindingState, Row, Value};
 
 /// Stands in for the view after commit (a committed transaction reads nothing more).
@@ -86,7 +86,7 @@ pub struct CommitInfo {
     pub keys_written: usize,
 }
 
-/// A transaction on a [`Catalog`].
+/// A transaction on a [`Keyspace`].
 ///
 /// # Snapshot order
 /// A transaction that writes takes its snapshot at its first write (an issued id of the
@@ -98,7 +98,7 @@ pub struct CommitInfo {
 /// snapshot already committed (one that began writing before another, and commits after it).
 /// Run it again: it then takes a new snapshot above every visible one.
 pub struct Transaction {
-    cat: Catalog,
+    cat: Keyspace,
     /// Taken (dropped) at commit, so engines with copy-on-write views do not copy for nothing.
     view: Option<Arc<dyn ReadView>>,
     read_snapshot: u64,
@@ -129,30 +129,7 @@ impl fmt::Debug for Transaction {
     }
 }
 
-pub(crate) fn already_exists(space: &IdSpace, id: u64, b: &Binding) -> Error {
-    let at = keys::render(&b.row_key);
-    let message = if b.is_deleted() {
-        format!(
-            "duplicate key {id} in id space {:?}: a row with this key was deleted at snapshot {}; \
-             PURGE frees its key (row at {at})",
-            space.name,
-            b.deleted_at.unwrap_or(0)
-        )
-    } else {
-        format!(
-            "duplicate key {id} in id space {:?} already present at {at}",
-            space.name
-        )
-    };
-    Error::AlreadyExists {
-        space: space.name.to_string(),
-        id,
-        deleted: b.is_deleted(),
-        message,
-    }
-}
-
-impl Catalog {
+impl Keyspace {
     /// Begin a transaction: a read view plus a write set.
     pub async fn begin(&self) -> Result<Transaction> {
         if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
@@ -165,7 +142,7 @@ impl Catalog {
 }
 
 impl Transaction {
-    pub(crate) fn new(cat: Catalog, view: Arc<dyn ReadView>, read_snapshot: u64) -> Transaction {
+    pub(crate) fn new(cat: Keyspace, view: Arc<dyn ReadView>, read_snapshot: u64) -> Transaction {
         cat.inner.group.building();
         Transaction {
             cat,
@@ -358,9 +335,9 @@ impl Transaction {
     ) -> Result<Placed> {
         let epoch = self.cat.writer_epoch()?;
         self.cat.state(space)?;
-        let table = table_of(space)?;
+        let table = keystone::table_of(space)?;
         if let Some(p) = parent {
-            check_parent(space, p)?;
+            keystone::check_parent(space, p)?;
         }
         if make_key.is_none() {
             // The layout and the parent fit (the key itself is built once the id is known).
@@ -382,7 +359,7 @@ impl Transaction {
             }
             KeyChoice::Issued => None,
         };
-        check_identity(space, table, &cells, named, parent)?;
+        keystone::check_identity(space, table, &cells, named, parent)?;
         let mut row = Row {
             begin_snapshot: 0,
             end_snapshot: None,
@@ -392,7 +369,7 @@ impl Transaction {
         row.check_named(table, || format!("a new {} row", table.name))?;
         if let Some(id) = named {
             if let Some(b) = self.bound(space, id).await? {
-                return Err(already_exists(space, id, &b));
+                return Err(keystone::already_exists(space, id, &b));
             }
         }
         // An issued key is drawn before the snapshot is taken: if no key can be drawn, nothing
@@ -423,7 +400,7 @@ impl Transaction {
             Some(f) => f(id, snapshot),
             None => space.row_key(id, parent, snapshot).unwrap_or_default(),
         };
-        fill_identity(space, table, &mut row.cells, id, parent);
+        keystone::fill_identity(space, table, &mut row.cells, id, parent);
         row.begin_snapshot = snapshot;
         // Checked above; only the id cells (integer columns) and the snapshot changed since.
         let value = row.encode_unchecked();
@@ -524,7 +501,7 @@ impl Transaction {
     ) -> Result<Placed> {
         let epoch = self.cat.writer_epoch()?;
         space.check_id(id)?;
-        let table = table_of(space)?;
+        let table = keystone::table_of(space)?;
         if space.layout == Layout::Custom || std::ptr::eq(space, &keystone::SNAPSHOT) {
             return Err(Error::InvalidArgument(format!(
                 "rows of id space {:?} are written once and cannot be updated",
@@ -533,8 +510,8 @@ impl Transaction {
         }
         let bkey = space.binding_key(id);
         let binding = self.live_binding(space, id).await?;
-        let parent = parent_of(space, &binding.row_key);
-        check_identity(space, table, &cells, Some(id), parent)?;
+        let parent = keystone::parent_of(space, &binding.row_key);
+        keystone::check_identity(space, table, &cells, Some(id), parent)?;
         let mut new = Row {
             begin_snapshot: 0,
             end_snapshot: None,
@@ -544,7 +521,7 @@ impl Transaction {
         new.check_named(table, || {
             format!("an update of {}", keys::render(&binding.row_key))
         })?;
-        fill_identity(space, table, &mut new.cells, id, parent);
+        keystone::fill_identity(space, table, &mut new.cells, id, parent);
         let (mut old, stored_row) = self.live_row(&bkey, &binding).await?;
         let raw_binding = if self.writes.contains_key(bkey.as_slice()) {
             None
@@ -758,7 +735,7 @@ impl Transaction {
                 for (code, id) in &self.placed {
                     if let Some(space) = keystone::space_by_code(*code) {
                         if let Some(b) = cat.binding(space, *id).await? {
-                            return Err(already_exists(space, *id, &b));
+                            return Err(keystone::already_exists(space, *id, &b));
                         }
                     }
                 }
@@ -828,7 +805,7 @@ impl Transaction {
                 if let Ok(Key::Binding { space: code, id }) = Key::decode(&raw_key) {
                     if let Some(space) = keystone::space_by_code(code) {
                         if let Some(b) = cat.binding(space, id).await? {
-                            return Err(already_exists(space, id, &b));
+                            return Err(keystone::already_exists(space, id, &b));
                         }
                     }
                 }
@@ -853,7 +830,7 @@ impl Transaction {
     pub fn rollback(self) {}
 }
 
-fn release(cat: &Catalog, keys: impl IntoIterator<Item = (u8, u64)>) {
+fn release(cat: &Keyspace, keys: impl IntoIterator<Item = (u8, u64)>) {
     let mut keys = keys.into_iter().peekable();
     if keys.peek().is_none() {
         return;
@@ -876,14 +853,6 @@ impl Drop for Transaction {
     }
 }
 
-/// The table of an id space.
-fn table_of(space: &IdSpace) -> Result<&'static TagInfo> {
-    space
-        .table
-        .info()
-        .ok_or_else(|| Error::NotFound(format!("table of id space {:?}", space.name)))
-}
-
 /// A row table that no id space owns: the only tables [`Transaction::put_row`] and
 /// [`Transaction::delete_key`] write.
 fn raw_row_table(key: &[u8], what: &str) -> Result<&'static TagInfo> {
@@ -895,7 +864,7 @@ fn raw_row_table(key: &[u8], what: &str) -> Result<&'static TagInfo> {
             info.name
         )));
     }
-    if let Some(space) = space_of_table(info.tag) {
+    if let Some(space) = keystone::space_of_table(info.tag) {
         return Err(Error::InvalidArgument(format!(
             "{} is a row of id space {:?}; {what} does not write those: insert, update and \
              delete keep its key's binding and the space's mark consistent",
@@ -904,107 +873,6 @@ fn raw_row_table(key: &[u8], what: &str) -> Result<&'static TagInfo> {
         )));
     }
     Ok(info)
-}
-
-/// A parent id must be an id too.
-fn check_parent(space: &IdSpace, parent: u64) -> Result<()> {
-    if parent == 0 || parent > keystone::MAX_ID {
-        return Err(Error::OutOfRange {
-            message: format!(
-                "parent id {parent} of a row of id space {:?} is outside [1, {}]",
-                space.name,
-                keystone::MAX_ID
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// The parent id in a row key of a child space.
-fn parent_of(space: &IdSpace, row_key: &[u8]) -> Option<u64> {
-    if space.layout != Layout::ChildVersioned {
-        return None;
-    }
-    match Key::decode(row_key) {
-        Ok(Key::Row { fields, .. }) => fields.first().copied(),
-        _ => None,
-    }
-}
-
-/// The column holding a child row's parent id (e.g. `table_id` of a column).
-fn parent_column(space: &IdSpace, table: &TagInfo) -> Option<(&'static str, usize)> {
-    if space.layout != Layout::ChildVersioned {
-        return None;
-    }
-    let name = *table.key_fields.first()?;
-    Some((name, table.column_index(name)?))
-}
-
-/// The id column (and a child's parent column) must agree with the key, or be NULL. `id` is
-/// `None` for a key the engine will issue: then the id column must be NULL.
-fn check_identity(
-    space: &IdSpace,
-    table: &TagInfo,
-    cells: &[Value],
-    id: Option<u64>,
-    parent: Option<u64>,
-) -> Result<()> {
-    let id_col = space
-        .id_column()
-        .and_then(|c| Some((c, table.column_index(c)?)));
-    for (column, index, want) in [
-        id_col.map(|(c, i)| (c, i, id)),
-        parent_column(space, table).map(|(c, i)| (c, i, parent)),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let cell = cells.get(index).unwrap_or(&Value::Null);
-        if *cell == Value::Null {
-            continue;
-        }
-        match want {
-            Some(w) if *cell == Value::Int(w as i64) => {}
-            Some(w) => {
-                return Err(Error::InvalidArgument(format!(
-                    "column {column}={cell} of a {} row contradicts its key, whose {column} is \
-                     {w}: leave the column NULL or give the same value",
-                    table.name
-                )))
-            }
-            None => {
-                return Err(Error::InvalidArgument(format!(
-                    "column {column}={cell} of a {} row whose key the engine issues: leave it \
-                     NULL, it is filled with the issued key",
-                    table.name
-                )))
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Fill the id column (and a child's parent column) when left NULL.
-fn fill_identity(
-    space: &IdSpace,
-    table: &TagInfo,
-    cells: &mut Vec<Value>,
-    id: u64,
-    parent: Option<u64>,
-) {
-    let id_col = space.id_column().and_then(|c| table.column_index(c));
-    let parent_col = parent_column(space, table).map(|(_, i)| i);
-    for (index, value) in [(id_col, Some(id)), (parent_col, parent)] {
-        let (Some(index), Some(value)) = (index, value) else {
-            continue;
-        };
-        if cells.len() <= index {
-            cells.resize(index + 1, Value::Null);
-        }
-        if cells[index] == Value::Null {
-            cells[index] = Value::Int(value as i64);
-        }
-    }
 }
 
 fn begins_too_late(row_key: &[u8], begin: u64, snapshot: u64) -> Error {
@@ -1016,9 +884,4 @@ fn begins_too_late(row_key: &[u8], begin: u64, snapshot: u64) -> Error {
         ),
         retryable: true,
     }
-}
-
-/// Does `tag` hold rows of id space `space`? (Used by verification.)
-pub fn space_of_table(tag: tags::Tag) -> Option<&'static IdSpace> {
-    keystone::SPACES.iter().copied().find(|s| s.table == tag)
 }

@@ -16,9 +16,9 @@ use std::fmt;
 use crate::backend::{KeyRange, Order, Pager, ReadView};
 use crate::error::Result;
 use crate::keys::{self, Key};
+use crate::keystone::space_of_table;
 use crate::keystone::{self, Layout};
 use crate::tags::ValueKind;
-use crate::txn::space_of_table;
 use crate::values::{self, Binding, Row, Value};
 
 /// [`verify`] calls its progress callback every this many keys.

@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use rocklake_core::backend::WriteBatch;
 use rocklake_core::info::{info_with_progress, INFO_PROGRESS_EVERY};
-use rocklake_core::{Catalog, Durability, KvBackend, MemoryBackend};
+use rocklake_core::{Durability, Keyspace, KvBackend, MemoryBackend};
 
 #[tokio::test]
 async fn info_counts_every_key_per_table_and_reports_progress() {
-    let backend: Arc<dyn KvBackend> = Arc::new(MemoryBackend::new());
-    let cat = Catalog::open(backend.clone()).await.unwrap();
+    let backend: Arc<dyn KvBackend> = Arc::new(MemoryBackend::default());
+    let cat = Keyspace::open(backend.clone()).await.unwrap();
     let before = cat.info().await.unwrap();
     let stats = rocklake_core::tags::FILE_COLUMN_STATS;
     let name = stats.info().unwrap().name.to_string();

@@ -1,51 +1,36 @@
 //! Every Keystone rule on the in-memory reference backend. The conformance crate runs the same
 //! rules against every engine.
 
-mod common;
-
-use common::table_cells;
+use conformance::rows::{delete_key, issue_key, name_key, table_cells};
 use rocklake_core::ErrorKind;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocklake_core::catalog::DrawHook;
+use rocklake_core::keyspace::DrawHook;
 use rocklake_core::keystone::{self, MAX_ID};
 use rocklake_core::{
-    Admin, Catalog, CatalogOptions, Error, KeyChoice, KvBackend, MemoryBackend, Value,
+    Admin, Error, KeyChoice, Keyspace, KeyspaceOptions, KvBackend, MemoryBackend, Value,
 };
 
 fn mem() -> Arc<dyn KvBackend> {
-    Arc::new(MemoryBackend::new())
+    Arc::new(MemoryBackend::default())
 }
 
-async fn name(cat: &Catalog, id: u64) -> Result<u64, Error> {
-    let mut t = cat.begin().await?;
-    let p = t
-        .insert(&keystone::TABLE, KeyChoice::Named(id), table_cells("named"))
-        .await?;
-    t.commit().await?;
-    Ok(p.id)
+async fn name(ks: &Keyspace, id: u64) -> Result<u64, Error> {
+    name_key(ks, id).await
 }
 
-async fn issue(cat: &Catalog) -> Result<u64, Error> {
-    let mut t = cat.begin().await?;
-    let p = t
-        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("issued"))
-        .await?;
-    t.commit().await?;
-    Ok(p.id)
+async fn issue(ks: &Keyspace) -> Result<u64, Error> {
+    issue_key(ks).await
 }
 
-async fn delete(cat: &Catalog, id: u64) -> bool {
-    let mut t = cat.begin().await.unwrap();
-    let d = t.delete(&keystone::TABLE, id).await.unwrap();
-    t.commit().await.unwrap();
-    d
+async fn delete(ks: &Keyspace, id: u64) -> bool {
+    delete_key(ks, id).await.unwrap()
 }
 
 #[tokio::test]
 async fn the_keystone_document_examples() {
-    let cat = Catalog::open(mem()).await.unwrap();
+    let cat = Keyspace::open(mem()).await.unwrap();
     assert_eq!(name(&cat, 500).await.unwrap(), 500);
     assert_eq!(
         issue(&cat).await.unwrap(),
@@ -122,7 +107,7 @@ async fn the_keystone_document_examples() {
 #[tokio::test]
 async fn nothing_of_a_refused_insert_lands() {
     let backend = mem();
-    let cat = Catalog::open(backend.clone()).await.unwrap();
+    let cat = Keyspace::open(backend.clone()).await.unwrap();
     name(&cat, 7).await.unwrap();
     let before = cat.info().await.unwrap().counts;
     let mut t = cat.begin().await.unwrap();
@@ -152,7 +137,7 @@ async fn nothing_of_a_refused_insert_lands() {
 
 #[tokio::test]
 async fn two_writers_naming_one_key_exactly_one_lands() {
-    let cat = Catalog::open(mem()).await.unwrap();
+    let cat = Keyspace::open(mem()).await.unwrap();
     let mut a = cat.begin().await.unwrap();
     let mut b = cat.begin().await.unwrap();
     a.insert(&keystone::TABLE, KeyChoice::Named(42), table_cells("a"))
@@ -170,7 +155,7 @@ async fn two_writers_naming_one_key_exactly_one_lands() {
 }
 
 /// An open transaction that has placed one issued `table` row named `name`, and its key.
-async fn placed_issued(cat: &Catalog, name: &str) -> (rocklake_core::Transaction, u64) {
+async fn placed_issued(cat: &Keyspace, name: &str) -> (rocklake_core::Transaction, u64) {
     let mut t = cat.begin().await.unwrap();
     let id = t
         .insert(&keystone::TABLE, KeyChoice::Issued, table_cells(name))
@@ -185,7 +170,7 @@ async fn placed_issued(cat: &Catalog, name: &str) -> (rocklake_core::Transaction
 /// refused at commit, never overwrite the named row.
 #[tokio::test]
 async fn an_issued_key_named_and_committed_by_another_session_is_refused_at_commit() {
-    let cat = Catalog::open(mem()).await.unwrap();
+    let cat = Keyspace::open(mem()).await.unwrap();
     let (issuer, drawn) = placed_issued(&cat, "issued").await;
     assert_eq!(name(&cat, drawn).await.unwrap(), drawn);
     let err = issuer.commit().await.unwrap_err();
@@ -222,9 +207,9 @@ async fn an_issued_key_named_and_committed_by_another_session_is_refused_at_comm
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn issued_ids_ascend_across_tasks_and_are_unique() {
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         mem(),
-        CatalogOptions {
+        KeyspaceOptions {
             id_reservation: 7,
             ..Default::default()
         },
@@ -265,13 +250,13 @@ async fn issued_ids_ascend_across_tasks_and_are_unique() {
 #[tokio::test]
 async fn issued_ids_are_never_reissued_after_a_crash_and_marks_survive_a_clean_close() {
     let backend = mem();
-    let cat = Catalog::open(backend.clone()).await.unwrap();
+    let cat = Keyspace::open(backend.clone()).await.unwrap();
     let mut last = 0;
     for _ in 0..10 {
         last = cat.issue_id(&keystone::SNAPSHOT).await.unwrap();
     }
     drop(cat); // a crash: no close, the reservation is lost
-    let cat = Catalog::open(backend.clone()).await.unwrap();
+    let cat = Keyspace::open(backend.clone()).await.unwrap();
     let next = cat.issue_id(&keystone::SNAPSHOT).await.unwrap();
     assert!(next > last, "{next} must be above {last}");
     assert_eq!(
@@ -285,7 +270,7 @@ async fn issued_ids_are_never_reissued_after_a_crash_and_marks_survive_a_clean_c
     issue(&cat).await.unwrap();
     let mark = cat.describe(&keystone::TABLE).await.unwrap().next_id;
     assert_eq!(mark, 502);
-    let reopened = Catalog::open_read_only(backend.clone()).await;
+    let reopened = Keyspace::open_read_only(backend.clone()).await;
     // the writer is still open; a reader sees the stored ceiling, which is at or above the mark
     assert!(
         reopened
@@ -300,7 +285,7 @@ async fn issued_ids_are_never_reissued_after_a_crash_and_marks_survive_a_clean_c
 
 #[tokio::test]
 async fn insert_rollback_rename_thousands_of_times() {
-    let cat = Catalog::open(mem()).await.unwrap();
+    let cat = Keyspace::open(mem()).await.unwrap();
     for i in 0..3000 {
         let mut t = cat.begin().await.unwrap();
         let p = t
@@ -334,11 +319,11 @@ async fn insert_rollback_rename_thousands_of_times() {
 
 #[tokio::test]
 async fn purge_waits_for_older_readers_then_refuses_retryably() {
-    let opts = CatalogOptions {
+    let opts = KeyspaceOptions {
         purge_wait: Duration::from_millis(200),
         ..Default::default()
     };
-    let cat = Catalog::open_with(mem(), opts).await.unwrap();
+    let cat = Keyspace::open_with(mem(), opts).await.unwrap();
     name(&cat, 5).await.unwrap();
     let old_reader = cat.reader(None).await.unwrap();
     assert!(delete(&cat, 5).await);
@@ -369,12 +354,15 @@ async fn purge_waits_for_older_readers_then_refuses_retryably() {
     let report = purge.await.unwrap().unwrap();
     assert_eq!(report.freed, vec![5]);
     assert!(report.rows_removed >= 1);
-    assert_eq!(CatalogOptions::default().purge_wait, Duration::from_secs(1));
+    assert_eq!(
+        KeyspaceOptions::default().purge_wait,
+        Duration::from_secs(1)
+    );
 }
 
 #[tokio::test]
 async fn purge_refuses_rows_visible_at_the_floor_and_writes_audit_entries() {
-    let cat = Catalog::open(mem()).await.unwrap();
+    let cat = Keyspace::open(mem()).await.unwrap();
     name(&cat, 5).await.unwrap();
     name(&cat, 6).await.unwrap();
     assert!(delete(&cat, 5).await);
@@ -404,8 +392,8 @@ async fn purge_refuses_rows_visible_at_the_floor_and_writes_audit_entries() {
 /// A draw hook that, for the first `times` keys drawn in the `table` space, names that key from
 /// another session (a clone of the writer, as a second connection would be) before the issuer
 /// can place it.
-fn racing_namer(times: usize) -> (DrawHook, Arc<std::sync::Mutex<Option<Catalog>>>) {
-    let slot: Arc<std::sync::Mutex<Option<Catalog>>> = Arc::new(std::sync::Mutex::new(None));
+fn racing_namer(times: usize) -> (DrawHook, Arc<std::sync::Mutex<Option<Keyspace>>>) {
+    let slot: Arc<std::sync::Mutex<Option<Keyspace>>> = Arc::new(std::sync::Mutex::new(None));
     let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let hook: DrawHook = {
         let slot = slot.clone();
@@ -431,9 +419,9 @@ fn racing_namer(times: usize) -> (DrawHook, Arc<std::sync::Mutex<Option<Catalog>
 #[tokio::test]
 async fn eight_draws_named_by_a_racing_session_refuse_the_insert() {
     let (hook, slot) = racing_namer(8);
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         mem(),
-        CatalogOptions {
+        KeyspaceOptions {
             draw_hook: Some(hook),
             ..Default::default()
         },
@@ -451,9 +439,9 @@ async fn eight_draws_named_by_a_racing_session_refuse_the_insert() {
 #[tokio::test]
 async fn a_racer_that_gives_up_early_costs_only_draws() {
     let (hook, slot) = racing_namer(3);
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         mem(),
-        CatalogOptions {
+        KeyspaceOptions {
             draw_hook: Some(hook),
             ..Default::default()
         },
@@ -471,14 +459,14 @@ async fn a_racer_that_gives_up_early_costs_only_draws() {
 #[tokio::test]
 async fn a_newer_writer_fences_the_older_one() {
     let backend = mem();
-    let old = Catalog::open(backend.clone()).await.unwrap();
+    let old = Keyspace::open(backend.clone()).await.unwrap();
     name(&old, 1).await.unwrap();
     let mut pending = old.begin().await.unwrap();
     pending
         .insert(&keystone::TABLE, KeyChoice::Named(2), table_cells("lost"))
         .await
         .unwrap();
-    let new = Catalog::open(backend.clone()).await.unwrap();
+    let new = Keyspace::open(backend.clone()).await.unwrap();
     let err = pending.commit().await.unwrap_err();
     assert!(
         matches!(
@@ -509,9 +497,9 @@ async fn a_newer_writer_fences_the_older_one() {
 #[tokio::test]
 async fn read_only_catalogs_refuse_writes_and_purge_is_admin_only_by_type() {
     let backend = mem();
-    let w = Catalog::open(backend.clone()).await.unwrap();
+    let w = Keyspace::open(backend.clone()).await.unwrap();
     name(&w, 10).await.unwrap();
-    let ro = Catalog::open_read_only(backend.clone()).await.unwrap();
+    let ro = Keyspace::open_read_only(backend.clone()).await.unwrap();
     assert_eq!(
         name(&ro, 11).await.unwrap_err().kind(),
         ErrorKind::PermissionDenied
@@ -521,7 +509,7 @@ async fn read_only_catalogs_refuse_writes_and_purge_is_admin_only_by_type() {
 
 #[tokio::test]
 async fn a_purged_and_reinserted_key_reads_as_the_new_row() {
-    let cat = Catalog::open(mem()).await.unwrap();
+    let cat = Keyspace::open(mem()).await.unwrap();
     name(&cat, 9).await.unwrap();
     assert!(delete(&cat, 9).await);
     cat.set_retain_from(cat.current_snapshot().await.unwrap())
@@ -546,7 +534,7 @@ async fn a_purged_and_reinserted_key_reads_as_the_new_row() {
 
 #[tokio::test]
 async fn budget_lists_every_space_and_exhaustion_refuses() {
-    let cat = Catalog::open(mem()).await.unwrap();
+    let cat = Keyspace::open(mem()).await.unwrap();
     name(&cat, MAX_ID).await.unwrap();
     let b = cat.budget().await.unwrap();
     assert_eq!(b.spaces.len(), keystone::SPACES.len());
@@ -568,7 +556,7 @@ async fn budget_lists_every_space_and_exhaustion_refuses() {
 
 #[tokio::test]
 async fn gc_never_changes_what_readers_at_or_above_the_floor_see() {
-    let cat = Catalog::open(mem()).await.unwrap();
+    let cat = Keyspace::open(mem()).await.unwrap();
     for id in 1..=20 {
         name(&cat, id).await.unwrap();
     }

@@ -4,21 +4,19 @@
 //! close-race stress test at the end: that window is too small to hit from outside, so the unit
 //! test `nothing_is_issued_after_a_space_is_frozen` in `keystone.rs` is what proves that fix.
 
-mod common;
-
-use common::table_cells;
+use conformance::rows::table_cells;
 use rocklake_core::ErrorKind;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use rocklake_core::catalog::DrawHook;
 use rocklake_core::keys::{self, TableKey};
+use rocklake_core::keyspace::DrawHook;
 use rocklake_core::keystone::{self, MAX_ID};
 use rocklake_core::{
-    tags, Catalog, CatalogOptions, Error, KeyChoice, KvBackend, MemoryBackend, Row, Value,
+    tags, Error, KeyChoice, Keyspace, KeyspaceOptions, KvBackend, MemoryBackend, Row, Value,
 };
 
-async fn table_names_at(cat: &Catalog, snapshot: u64) -> BTreeSet<String> {
+async fn table_names_at(cat: &Keyspace, snapshot: u64) -> BTreeSet<String> {
     let r = cat.reader(Some(snapshot)).await.unwrap();
     let mut out = BTreeSet::new();
     r.visible_rows(&[tags::TABLE.0], |k, row| {
@@ -37,7 +35,9 @@ async fn table_names_at(cat: &Catalog, snapshot: u64) -> BTreeSet<String> {
 /// see its rows appear afterwards. The late commit is refused (retryable) and lands nothing.
 #[tokio::test]
 async fn a_commit_never_lands_at_or_below_a_visible_snapshot() {
-    let cat = Catalog::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let cat = Keyspace::open(Arc::new(MemoryBackend::default()))
+        .await
+        .unwrap();
     let mut early = cat.begin().await.unwrap();
     assert_eq!(early.write_snapshot().await.unwrap(), 1);
     let mut late = cat.begin().await.unwrap();
@@ -84,7 +84,9 @@ async fn a_commit_never_lands_at_or_below_a_visible_snapshot() {
 /// `AlreadyExists` (23505 on the wire), not a generic conflict.
 #[tokio::test]
 async fn two_writers_naming_one_snapshot_id_get_already_exists() {
-    let cat = Catalog::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let cat = Keyspace::open(Arc::new(MemoryBackend::default()))
+        .await
+        .unwrap();
     let snapshot_cells = || vec![Value::Null, Value::Int(0)];
     let mut a = cat.begin().await.unwrap();
     let mut b = cat.begin().await.unwrap();
@@ -103,7 +105,9 @@ async fn two_writers_naming_one_snapshot_id_get_already_exists() {
 /// only by keys that commit, so the mark shown is always the stored one or below it.)
 #[tokio::test]
 async fn the_mark_shown_is_the_mark_that_survives_a_restart() {
-    let cat = Catalog::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let cat = Keyspace::open(Arc::new(MemoryBackend::default()))
+        .await
+        .unwrap();
     let mut t = cat.begin().await.unwrap();
     t.insert(&keystone::TABLE, KeyChoice::Named(5000), table_cells("x"))
         .await
@@ -118,15 +122,15 @@ async fn the_mark_shown_is_the_mark_that_survives_a_restart() {
     assert_eq!(cat.describe(&keystone::TABLE).await.unwrap().next_id, 1);
 
     // A crash (no clean close): reopen what the store holds.
-    let backend = Arc::new(MemoryBackend::new());
-    let cat = Catalog::open(backend.clone()).await.unwrap();
+    let backend = Arc::new(MemoryBackend::default());
+    let cat = Keyspace::open(backend.clone()).await.unwrap();
     let mut t = cat.begin().await.unwrap();
     t.insert(&keystone::TABLE, KeyChoice::Named(5000), table_cells("x"))
         .await
         .unwrap();
     t.rollback();
     let shown = cat.describe(&keystone::TABLE).await.unwrap().next_id;
-    let after = Catalog::open(Arc::new(backend.reopened())).await.unwrap();
+    let after = Keyspace::open(Arc::new(backend.reopened())).await.unwrap();
     assert_eq!(
         after.describe(&keystone::TABLE).await.unwrap().next_id,
         shown,
@@ -148,15 +152,15 @@ async fn the_mark_shown_is_the_mark_that_survives_a_restart() {
 /// The committed move of the mark survives a restart without a clean close too.
 #[tokio::test]
 async fn a_committed_named_key_keeps_the_mark_past_it_after_a_crash() {
-    let backend = Arc::new(MemoryBackend::new());
-    let cat = Catalog::open(backend.clone()).await.unwrap();
+    let backend = Arc::new(MemoryBackend::default());
+    let cat = Keyspace::open(backend.clone()).await.unwrap();
     let mut t = cat.begin().await.unwrap();
     t.insert(&keystone::TABLE, KeyChoice::Named(5000), table_cells("x"))
         .await
         .unwrap();
     t.commit().await.unwrap();
     assert_eq!(cat.describe(&keystone::TABLE).await.unwrap().next_id, 5001);
-    let after = Catalog::open(Arc::new(backend.reopened())).await.unwrap();
+    let after = Keyspace::open(Arc::new(backend.reopened())).await.unwrap();
     assert!(after.describe(&keystone::TABLE).await.unwrap().next_id >= 5001);
 }
 
@@ -165,7 +169,9 @@ async fn a_committed_named_key_keeps_the_mark_past_it_after_a_crash() {
 /// (no two versions of the entity overlap).
 #[tokio::test]
 async fn updates_go_through_keystone_and_delete_ends_the_live_version() {
-    let cat = Catalog::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let cat = Keyspace::open(Arc::new(MemoryBackend::default()))
+        .await
+        .unwrap();
     let mut t = cat.begin().await.unwrap();
     let raw = TableKey {
         table_id: 9,
@@ -256,7 +262,9 @@ async fn updates_go_through_keystone_and_delete_ends_the_live_version() {
 /// ended is the last one and ends at this snapshot.
 #[tokio::test]
 async fn update_then_delete_in_one_transaction_leaves_one_ended_version() {
-    let cat = Catalog::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let cat = Keyspace::open(Arc::new(MemoryBackend::default()))
+        .await
+        .unwrap();
     let mut t = cat.begin().await.unwrap();
     t.insert(&keystone::TABLE, KeyChoice::Named(4), table_cells("v1"))
         .await
@@ -289,8 +297,8 @@ async fn update_then_delete_in_one_transaction_leaves_one_ended_version() {
 /// nothing in the transaction: not even the snapshot row it would have written at.
 #[tokio::test]
 async fn a_refused_insert_leaves_nothing_behind() {
-    let backend: Arc<dyn KvBackend> = Arc::new(MemoryBackend::new());
-    let other = Arc::new(std::sync::Mutex::new(None::<Catalog>));
+    let backend: Arc<dyn KvBackend> = Arc::new(MemoryBackend::default());
+    let other = Arc::new(std::sync::Mutex::new(None::<Keyspace>));
     let racing = other.clone();
     let hook: DrawHook = Arc::new(move |space, id| {
         let other = racing.lock().unwrap().clone();
@@ -305,11 +313,11 @@ async fn a_refused_insert_leaves_nothing_behind() {
             }
         })
     });
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         backend,
-        CatalogOptions {
+        KeyspaceOptions {
             draw_hook: Some(hook),
-            ..CatalogOptions::default()
+            ..KeyspaceOptions::default()
         },
     )
     .await
@@ -332,7 +340,9 @@ async fn a_refused_insert_leaves_nothing_behind() {
 /// update; a refused row places nothing.
 #[tokio::test]
 async fn the_id_column_agrees_with_the_key() {
-    let cat = Catalog::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let cat = Keyspace::open(Arc::new(MemoryBackend::default()))
+        .await
+        .unwrap();
     let mut t = cat.begin().await.unwrap();
     let mut cells = table_cells("x");
     cells[0] = Value::Int(999);
@@ -393,7 +403,9 @@ async fn out_of_range_at_every_edge() {
         keystone::TABLE.parse_id("12abc").unwrap_err().kind(),
         ErrorKind::InvalidArgument
     );
-    let cat = Catalog::open(Arc::new(MemoryBackend::new())).await.unwrap();
+    let cat = Keyspace::open(Arc::new(MemoryBackend::default()))
+        .await
+        .unwrap();
     let mut t = cat.begin().await.unwrap();
     for parent in [0, MAX_ID + 1] {
         let e = t
@@ -410,12 +422,12 @@ async fn out_of_range_at_every_edge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_id_issued_around_close_is_issued_again() {
     for round in 0..200 {
-        let backend = Arc::new(MemoryBackend::new());
-        let cat = Catalog::open_with(
+        let backend = Arc::new(MemoryBackend::default());
+        let cat = Keyspace::open_with(
             backend.clone(),
-            CatalogOptions {
+            KeyspaceOptions {
                 id_reservation: 64,
-                ..CatalogOptions::default()
+                ..KeyspaceOptions::default()
             },
         )
         .await
@@ -443,7 +455,7 @@ async fn no_id_issued_around_close_is_issued_again() {
         for t in tasks {
             before.extend(t.await.unwrap());
         }
-        let again = Catalog::open(Arc::new(backend.reopened())).await.unwrap();
+        let again = Keyspace::open(Arc::new(backend.reopened())).await.unwrap();
         for _ in 0..3 {
             let id = again.issue_id(&keystone::TABLE).await.unwrap();
             assert!(

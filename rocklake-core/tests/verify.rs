@@ -7,13 +7,13 @@ use rocklake_core::keys::{self, Key};
 use rocklake_core::keystone::{self, IdSpace};
 use rocklake_core::verify::{verify, Finding, Report};
 use rocklake_core::{
-    Catalog, Durability, KeyChoice, KvBackend, MemoryBackend, Row, Value, WriteBatch,
+    Durability, KeyChoice, Keyspace, KvBackend, MemoryBackend, Row, Value, WriteBatch,
 };
 
 /// A catalog with rows in a plain, a versioned and a child id space.
 async fn written_store() -> Arc<dyn KvBackend> {
-    let backend: Arc<dyn KvBackend> = Arc::new(MemoryBackend::new());
-    let cat = Catalog::open(backend.clone()).await.unwrap();
+    let backend: Arc<dyn KvBackend> = Arc::new(MemoryBackend::default());
+    let cat = Keyspace::open(backend.clone()).await.unwrap();
     let mut t = cat.begin().await.unwrap();
     let table = t
         .insert(
@@ -68,7 +68,7 @@ async fn a_store_written_through_the_catalog_is_clean() {
     assert!(report.is_clean(), "{:?}", report.findings);
     assert!(report.keys > 4, "walked {} keys", report.keys);
     assert_eq!(
-        check(&(Arc::new(MemoryBackend::new()) as Arc<dyn KvBackend>)).await,
+        check(&(Arc::new(MemoryBackend::default()) as Arc<dyn KvBackend>)).await,
         Report::default()
     );
 }

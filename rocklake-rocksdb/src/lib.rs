@@ -1,54 +1,48 @@
-//! `rocklake-rocksdb`: RockLake's [`KvBackend`] on [RocksDB](https://rocksdb.org).
+//! `rocklake-rocksdb`: RockLake's [`Engine`] on [RocksDB](https://rocksdb.org), served as a
+//! [`KvBackend`] by core's [`EngineBackend`] ([`RocksBackend`], opened with [`open`]).
 //!
 //! # Why RocksDB
-//! It is the fastest durable engine on a local disk that RockLake supports: in this project's
-//! benchmark (`docs/bench`, 2026-12-01) a durable one-file snapshot commit took 197 µs and 16
-//! concurrent committers reached 29.8k commits per second, against 6.8k for SlateDB on a local
-//! folder and 8.9k for sled. Pick it when the catalog lives on one machine's disk and object
-//! storage is not a requirement.
+//! It is the fastest durable engine on a local disk that RockLake supports (see the README's
+//! benchmark section and `docs/bench`). Pick it when the catalog lives on one machine's disk and
+//! object storage is not a requirement.
 //!
 //! # Durability
-//! Every batch is written to the memtable and the write-ahead log without an fsync, under the
-//! write mutex (microseconds). A [`Durability::Durable`] batch then waits, outside that mutex,
-//! for a log sync (`flush_wal(true)`, on the blocking pool) that began after it was applied;
-//! durable batches that arrive together share one sync (core's
-//! [`rocklake_core::group_commit::GroupCommit`]), so no runtime worker ever waits for an fsync
-//! on a mutex. A [`Durability::Buffered`] batch returns once applied; it survives a crash of
-//! the process (the OS holds the bytes) but not of the machine, until the next sync:
-//! a durable batch, [`KvBackend::flush`] or [`KvBackend::close`].
+//! [`Engine::apply`] writes a batch to the memtable and the write-ahead log without an fsync
+//! (microseconds); [`Engine::sync`] is a log sync (`flush_wal(true)`, on the blocking pool).
+//! Core's backend applies a durable batch and then waits, outside its write lock, for a sync
+//! that began after it; durable batches that arrive together share one. A buffered batch
+//! survives a crash of the process (the OS holds the bytes) but not of the machine, until the
+//! next sync.
 //!
-//! # Atomic conditional batches
-//! A RocksDB `WriteBatch` is atomic on its own. Preconditions are checked with plain reads while
-//! an in-process mutex is held across check and apply. That is enough because RocksDB's `LOCK`
-//! file admits one open handle per store (a second open, in this process or another, gets
-//! [`Error::Locked`]), and every write of that handle goes through the mutex.
+//! # One writer
+//! RocksDB's `LOCK` file admits one open handle per store: a second open, in this process or
+//! another, gets [`Error::Locked`]. That is what lets core's check-and-apply (precondition reads
+//! and the apply under one in-process lock) be atomic.
 //!
 //! # Views
-//! [`KvBackend::view`] takes a RocksDB snapshot (a pinned sequence number). The `rocksdb` crate's
-//! snapshot borrows the `DB`, so it cannot live in a `'static`, `Send` view by itself. The view
-//! therefore owns an `Arc` of the store together with a snapshot whose borrow is extended to
-//! `'static`; field order drops the snapshot before the `Arc` (see `Pinned` for the full safety
-//! argument). Every read of the view passes that snapshot in its `ReadOptions`.
+//! [`Engine::snapshot`] takes a RocksDB snapshot (a pinned sequence number). The `rocksdb`
+//! crate's snapshot borrows the `DB`, so it cannot live in a `'static`, `Send` view by itself.
+//! The view therefore owns an `Arc` of the store together with a snapshot whose borrow is
+//! extended to `'static`; field order drops the snapshot before the `Arc` (see `Pinned` for the
+//! safety argument). Every read of the view passes that snapshot in its `ReadOptions`.
 //!
 //! # Scans
 //! Scans use a raw iterator bounded with `ReadOptions::set_iterate_lower_bound` /
 //! `set_iterate_upper_bound`, never `prefix_iterator`: without a configured prefix extractor
-//! (RockLake configures none) `prefix_iterator` does not stop at the end of the prefix, and a
-//! prefix scan of `p/` would run on into `p0` and `q/`. RocksDB's lower bound is inclusive and its
-//! upper bound exclusive; the other bound kinds are mapped through the key successor `k ++ [0x00]`,
-//! the smallest key greater than `k` in byte order.
+//! (RockLake configures none) `prefix_iterator` does not stop at the end of the prefix. The
+//! lower bound is inclusive and the upper bound exclusive; the other bound kinds are mapped
+//! through the key successor `k ++ [0x00]`, the smallest key greater than `k`.
 //!
 //! # Blocking
 //! RocksDB's API is synchronous FFI; it follows core's one policy ([`rocklake_core::blocking`]):
-//! point reads, views, scans of at most [`INLINE_LIMIT`] pairs and batches of at most
-//! [`INLINE_LIMIT`] writes (none of which syncs) run on the calling task; log syncs, larger scans
-//! and batches, open and close run on the blocking pool.
+//! point reads, snapshots, scans of at most [`INLINE_LIMIT`] pairs and batches of at most
+//! [`INLINE_LIMIT`] writes run on the calling task; log syncs, larger scans and batches, open
+//! and close run on the blocking pool.
 //!
 //! # Closing
-//! [`KvBackend::close`] syncs the log, then drops the backend's handle; every later call on the
-//! backend returns [`Error::Closed`]. Views hold their own handle: the store is released (and its
-//! `LOCK` freed, so it can be opened again) once the backend is closed or dropped and every view
-//! taken from it has been dropped.
+//! Close syncs the log and drops the engine's handle. Views hold their own handle: the store is
+//! released (and its `LOCK` freed) once the engine is closed or dropped and every view taken
+//! from it has been dropped.
 #![warn(missing_docs, unreachable_pub)]
 
 mod error;
@@ -56,25 +50,25 @@ mod error;
 use std::fmt;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use rocklake_core::backend::{
-    check_preconditions, lend, BatchOp, Capabilities, Durability, KeyRange, KvBackend, KvPair,
-    Order, PageBuilder, ReadView, Visitor, WriteBatch,
+    lend, BatchOp, Capabilities, KeyRange, KvPair, Order, PageBuilder, ReadView, Visitor,
 };
 use rocklake_core::blocking;
 use rocklake_core::error::{Error, Result};
-use rocklake_core::group_commit::GroupCommit;
+#[cfg(doc)]
+use rocklake_core::KvBackend;
+use rocklake_core::{Engine, EngineBackend};
 use rocksdb::{DBCompressionType, Options, ReadOptions, SnapshotWithThreadMode, WriteOptions, DB};
 
 use crate::error::ENGINE;
 
 pub use rocklake_core::blocking::INLINE_LIMIT;
 
-/// The open database and what must be shared with every task and view that uses it.
-/// A handle on the open RocksDB database (see [`RocksBackend::raw_db`]); dereferences to `DB`.
+/// A handle on the open RocksDB database (see [`RocksEngine::raw_db`]); dereferences to `DB`.
 pub struct RawDb(Arc<Store>);
 
 impl std::ops::Deref for RawDb {
@@ -84,12 +78,9 @@ impl std::ops::Deref for RawDb {
     }
 }
 
+/// The open database, shared by the engine, its views and calls on blocking threads.
 struct Store {
     db: DB,
-    /// Held across precondition check and apply of every batch. The data it guards lives in
-    /// RocksDB, so a poisoned lock (a panic mid-batch) is simply taken over: a RocksDB write
-    /// batch either landed whole or not at all.
-    write_lock: Mutex<()>,
 }
 
 impl Store {
@@ -165,21 +156,10 @@ impl Store {
         Ok(n)
     }
 
-    /// Check the preconditions and apply the batch to the memtable and the (unsynced) log.
-    /// Returns whether anything was written. Never syncs: a durable batch is synced afterwards,
-    /// outside the write mutex, by a group-commit flush it shares with other durable batches.
-    fn apply(&self, batch: WriteBatch) -> Result<bool> {
-        // One handle per store (RocksDB's LOCK file refuses a second open, in this process or
-        // another), and every write of this handle takes this mutex: no write can land between
-        // the precondition reads below and the apply. It is held for microseconds (no fsync).
-        let _guard = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let latest = ReadOptions::default();
-        check_preconditions(&batch, |k| self.get(k, &latest))?;
-        if batch.ops.is_empty() {
-            return Ok(false);
-        }
+    /// Apply `ops` to the memtable and the (unsynced) log, atomically.
+    fn apply(&self, ops: &[BatchOp]) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::new();
-        for op in &batch.ops {
+        for op in ops {
             match op {
                 BatchOp::Put(k, v) => wb.put(k, v),
                 BatchOp::Delete(k) => wb.delete(k),
@@ -189,14 +169,7 @@ impl Store {
         opts.set_sync(false);
         self.db
             .write_opt(wb, &opts)
-            .map_err(|e| {
-                error::map(
-                    e,
-                    format!("applying a batch of {} writes", batch.ops.len()),
-                    None,
-                )
-            })
-            .map(|()| true)
+            .map_err(|e| error::map(e, format!("applying a batch of {} writes", ops.len()), None))
     }
 
     fn sync_wal(&self) -> Result<()> {
@@ -214,32 +187,36 @@ fn successor(k: &[u8]) -> Vec<u8> {
     s
 }
 
-/// A RockLake store in a RocksDB database on a local folder.
+/// A RockLake store on RocksDB: [`RocksEngine`] behind core's [`EngineBackend`].
+pub type RocksBackend = EngineBackend<RocksEngine>;
+
+/// Open (creating if missing, with its parent folders) the RocksDB store at `path`.
 ///
-/// Open it with [`RocksBackend::open`]; use it through [`KvBackend`].
-pub struct RocksBackend {
+/// Fails with [`Error::Locked`] when the store is already open, in this process or another.
+pub async fn open(path: impl AsRef<Path>) -> Result<Arc<RocksBackend>> {
+    Ok(Arc::new(EngineBackend::new(RocksEngine::open(path).await?)))
+}
+
+/// The RocksDB engine: one open database on a local folder.
+pub struct RocksEngine {
     path: PathBuf,
     /// `None` once closed.
     store: RwLock<Option<Arc<Store>>>,
-    /// Durable batches that arrive together share one log sync.
-    group: GroupCommit,
 }
 
-impl fmt::Debug for RocksBackend {
+impl fmt::Debug for RocksEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RocksBackend")
+        f.debug_struct("RocksEngine")
             .field("path", &self.path)
             .field("open", &self.open_store().is_ok())
             .finish()
     }
 }
 
-impl RocksBackend {
-    /// Open (creating if missing, with its parent folders) the RocksDB store at `path`, with lz4
+impl RocksEngine {
+    /// Open (creating if missing, with its parent folders) the database at `path`, with lz4
     /// compression.
-    ///
-    /// Fails with [`Error::Locked`] when the store is already open, in this process or another.
-    pub async fn open(path: impl AsRef<Path>) -> Result<Arc<RocksBackend>> {
+    pub async fn open(path: impl AsRef<Path>) -> Result<RocksEngine> {
         let path = path.as_ref().to_path_buf();
         let at = path.clone();
         let db = blocking::run(ENGINE, move || {
@@ -252,14 +229,10 @@ impl RocksBackend {
         })
         .await?;
         tracing::debug!(path = %path.display(), "opened rocksdb store");
-        Ok(Arc::new(RocksBackend {
+        Ok(RocksEngine {
             path,
-            store: RwLock::new(Some(Arc::new(Store {
-                db,
-                write_lock: Mutex::new(()),
-            }))),
-            group: GroupCommit::default(),
-        }))
+            store: RwLock::new(Some(Arc::new(Store { db }))),
+        })
     }
 
     /// Where the store lives.
@@ -284,7 +257,7 @@ impl RocksBackend {
 }
 
 #[async_trait]
-impl ReadView for RocksBackend {
+impl ReadView for RocksEngine {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         // Inline: see the crate docs, "Blocking".
         self.open_store()?.get(key, &ReadOptions::default())
@@ -320,8 +293,8 @@ impl ReadView for RocksBackend {
 }
 
 #[async_trait]
-impl KvBackend for RocksBackend {
-    fn engine(&self) -> &'static str {
+impl Engine for RocksEngine {
+    fn name(&self) -> &'static str {
         ENGINE
     }
 
@@ -334,36 +307,23 @@ impl KvBackend for RocksBackend {
         }
     }
 
-    async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
+    async fn apply(&self, ops: Vec<BatchOp>) -> Result<()> {
         let store = self.open_store()?;
-        batch.validate()?;
-        let wrote = if blocking::is_inline(batch.ops.len()) {
-            store.apply(batch)?
-        } else {
-            let store = Arc::clone(&store);
-            blocking::run(ENGINE, move || store.apply(batch)).await?
-        };
-        if wrote && durability == Durability::Durable {
-            // Applied and visible; durable once a log sync that began after it completes. The
-            // sync uses the handle the batch landed in, so a close racing it cannot turn a
-            // landed batch into an error.
-            let seq = self.group.applied();
-            self.group
-                .wait_durable(seq, || blocking::run(ENGINE, move || store.sync_wal()))
-                .await?;
+        if blocking::is_inline(ops.len()) {
+            return store.apply(&ops);
         }
-        Ok(())
+        blocking::run(ENGINE, move || store.apply(&ops)).await
     }
 
-    async fn view(&self) -> Result<Arc<dyn ReadView>> {
-        // Taking a snapshot is an in-memory operation: inline.
-        let store = self.open_store()?;
-        Ok(Arc::new(RocksView(Arc::new(Pinned::new(store)))))
-    }
-
-    async fn flush(&self) -> Result<()> {
+    async fn sync(&self) -> Result<()> {
         let store = self.open_store()?;
         blocking::run(ENGINE, move || store.sync_wal()).await
+    }
+
+    async fn snapshot(&self) -> Result<Option<Arc<dyn ReadView>>> {
+        // Taking a snapshot is an in-memory operation: inline.
+        let store = self.open_store()?;
+        Ok(Some(Arc::new(RocksView(Arc::new(Pinned::new(store))))))
     }
 
     async fn close(&self) -> Result<()> {
@@ -417,7 +377,7 @@ impl Pinned {
     }
 }
 
-/// A point-in-time view of a [`RocksBackend`]: every read sees the snapshot taken when the view
+/// A point-in-time view of a [`RocksEngine`]: every read sees the snapshot taken when the view
 /// was made. It keeps the store open until it is dropped, and keeps reading after the backend is
 /// closed.
 struct RocksView(Arc<Pinned>);

@@ -1,9 +1,10 @@
-//! RockLake's [`KvBackend`] on [SlateDB](https://slatedb.io): an LSM tree whose WAL and SSTs are
-//! objects in an object store (S3, or a local folder), so a catalog needs no server at all.
+//! RockLake's [`Engine`] on [SlateDB](https://slatedb.io), served as a [`KvBackend`] by core's
+//! [`EngineBackend`] ([`SlateBackend`]): an LSM tree whose WAL and SSTs are objects in an object
+//! store (S3, or a local folder), so a catalog needs no server at all.
 //!
 //! # Opening
 //!
-//! [`SlateBackend::open_url`] takes
+//! [`open_url`] takes
 //! - `file:///absolute/path`: a local folder (`object_store`'s `LocalFileSystem`, fsync on);
 //! - `memory://`: an in-process object store (nothing survives the process);
 //! - `s3://bucket/prefix`: Amazon S3 or any S3-compatible server. Credentials and region come
@@ -18,10 +19,10 @@
 //! A SlateDB write is applied to the memtable and WAL buffer at once and becomes durable when
 //! the WAL is flushed to the object store. SlateDB flushes every `flush_interval` (100 ms by
 //! default upstream, which would make every durable commit take ~100 ms). RockLake instead
-//! calls `flush()` right after a [`Durability::Durable`] batch: on a local folder that measured
-//! ~0.6 ms, on an S3 emulator ~8 ms. Durable batches that arrive while a flush is in progress
-//! share the next one (group commit). [`Durability::Buffered`] batches return after the
-//! memtable write and are flushed by the background interval or the next durable batch.
+//! calls `flush()` right after a [`rocklake_core::Durability::Durable`] batch: on a local folder that measured
+//! ~0.6 ms, on an S3 emulator ~8 ms ([`Engine::sync`]). Durable batches that arrive while a
+//! flush is in progress share the next one (core's group commit). Buffered batches return after
+//! the memtable write and are flushed by the background interval or the next durable batch.
 //!
 //! # Fencing
 //!
@@ -33,7 +34,7 @@
 //!
 //! # Preconditions
 //!
-//! Batch preconditions are checked and the batch applied under one in-process lock. Another
+//! Core checks a batch's preconditions and applies it under one in-process lock. Another
 //! process cannot interleave: it would have to open the store, which fences this one, so this
 //! writer's batch could not become durable.
 #![forbid(unsafe_code)]
@@ -48,12 +49,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use object_store::ObjectStore;
-use rocklake_core::backend::{
-    check_preconditions, BatchOp, Capabilities, Durability, KeyRange, KvBackend, KvPair, Order,
-    ReadView, WriteBatch,
-};
+use rocklake_core::backend::{BatchOp, Capabilities, KeyRange, KvPair, Order, ReadView};
 use rocklake_core::error::{Error, Result};
-use rocklake_core::group_commit::GroupCommit;
+#[cfg(doc)]
+use rocklake_core::KvBackend;
+use rocklake_core::{Engine, EngineBackend};
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::{CloseReason, Db, DbSnapshot, ErrorKind, IterationOrder};
 
@@ -217,36 +217,37 @@ pub fn object_store_for(location: &Location) -> Result<(Arc<dyn ObjectStore>, St
     }
 }
 
-/// A catalog store on SlateDB.
-pub struct SlateBackend {
+/// A RockLake store on SlateDB: [`SlateEngine`] behind core's [`EngineBackend`].
+pub type SlateBackend = EngineBackend<SlateEngine>;
+
+/// Open the store a URL names (see the crate docs).
+pub async fn open_url(url: &str) -> Result<Arc<SlateBackend>> {
+    let (location, options) = parse_url(url)?;
+    Ok(Arc::new(EngineBackend::new(
+        SlateEngine::open(location, options).await?,
+    )))
+}
+
+/// The SlateDB engine: one open database.
+pub struct SlateEngine {
     db: Db,
     location: Location,
     closed: AtomicBool,
-    /// Check-and-apply lock for preconditions.
-    write_lock: tokio::sync::Mutex<()>,
-    /// Durable batches that arrive together share one WAL flush (core's group commit).
-    group: GroupCommit,
 }
 
-impl fmt::Debug for SlateBackend {
+impl fmt::Debug for SlateEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SlateBackend")
+        f.debug_struct("SlateEngine")
             .field("location", &self.location)
             .finish()
     }
 }
 
-impl SlateBackend {
-    /// Open the store a URL names (see the crate docs).
-    pub async fn open_url(url: &str) -> Result<Arc<SlateBackend>> {
-        let (location, options) = parse_url(url)?;
-        SlateBackend::open(location, options).await
-    }
-
+impl SlateEngine {
     /// Open a location with options.
-    pub async fn open(location: Location, options: SlateOptions) -> Result<Arc<SlateBackend>> {
+    pub async fn open(location: Location, options: SlateOptions) -> Result<SlateEngine> {
         let (store, path) = object_store_for(&location)?;
-        SlateBackend::open_store(store, path, location, options).await
+        SlateEngine::open_store(store, path, location, options).await
     }
 
     /// Open a database at `path` inside an existing object store.
@@ -255,7 +256,7 @@ impl SlateBackend {
         path: String,
         location: Location,
         options: SlateOptions,
-    ) -> Result<Arc<SlateBackend>> {
+    ) -> Result<SlateEngine> {
         let settings = Settings {
             flush_interval: Some(options.flush_interval),
             ..Settings::default()
@@ -265,13 +266,11 @@ impl SlateBackend {
             .build()
             .await
             .map_err(|e| map_err("opening the database", e))?;
-        Ok(Arc::new(SlateBackend {
+        Ok(SlateEngine {
             db,
             location,
             closed: AtomicBool::new(false),
-            write_lock: tokio::sync::Mutex::new(()),
-            group: GroupCommit::default(),
-        }))
+        })
     }
 
     /// The SlateDB handle underneath, for benchmarks that compare against raw SlateDB calls.
@@ -283,14 +282,6 @@ impl SlateBackend {
     /// Where this store lives.
     pub fn location(&self) -> &Location {
         &self.location
-    }
-
-    /// Flush the WAL to the object store: the durability barrier.
-    async fn flush_wal(&self) -> Result<()> {
-        self.db
-            .flush()
-            .await
-            .map_err(|e| map_err("flushing the WAL", e))
     }
 
     fn check_open(&self) -> Result<()> {
@@ -332,7 +323,7 @@ fn bounds(range: &KeyRange) -> (Bound<Bytes>, Bound<Bytes>) {
 }
 
 #[async_trait]
-impl ReadView for SlateBackend {
+impl ReadView for SlateEngine {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.check_open()?;
         self.db
@@ -383,8 +374,8 @@ impl ReadView for SlateView {
 }
 
 #[async_trait]
-impl KvBackend for SlateBackend {
-    fn engine(&self) -> &'static str {
+impl Engine for SlateEngine {
+    fn name(&self) -> &'static str {
         "slatedb"
     }
 
@@ -397,59 +388,37 @@ impl KvBackend for SlateBackend {
         }
     }
 
-    async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
+    async fn apply(&self, ops: Vec<BatchOp>) -> Result<()> {
         self.check_open()?;
-        batch.validate()?;
-        let seq = {
-            let _guard = self.write_lock.lock().await;
-            if !batch.preconditions.is_empty() {
-                // Checked under the write lock: nothing of ours can interleave.
-                let mut found = Vec::with_capacity(batch.preconditions.len());
-                for p in &batch.preconditions {
-                    found.push(
-                        self.db
-                            .get(&p.key)
-                            .await
-                            .map_err(|e| map_err("checking a precondition", e))?,
-                    );
-                }
-                let mut it = found.into_iter();
-                check_preconditions(&batch, |_| Ok(it.next().flatten()))?;
+        let mut wb = slatedb::WriteBatch::new();
+        for op in &ops {
+            match op {
+                BatchOp::Put(k, v) => wb.put(k, v),
+                BatchOp::Delete(k) => wb.delete(k),
             }
-            if batch.ops.is_empty() {
-                return Ok(());
-            }
-            let mut wb = slatedb::WriteBatch::new();
-            for op in &batch.ops {
-                match op {
-                    BatchOp::Put(k, v) => wb.put(k, v),
-                    BatchOp::Delete(k) => wb.delete(k),
-                }
-            }
-            self.db
-                .write(wb)
-                .await
-                .map_err(|e| map_err("writing a batch", e))?;
-            self.group.applied()
-        };
-        if durability == Durability::Durable {
-            self.group.wait_durable(seq, || self.flush_wal()).await?;
         }
-        Ok(())
+        self.db
+            .write(wb)
+            .await
+            .map(drop)
+            .map_err(|e| map_err("writing a batch", e))
     }
 
-    async fn view(&self) -> Result<Arc<dyn ReadView>> {
+    async fn sync(&self) -> Result<()> {
+        self.check_open()?;
+        self.db
+            .flush()
+            .await
+            .map_err(|e| map_err("flushing the WAL", e))
+    }
+
+    async fn snapshot(&self) -> Result<Option<Arc<dyn ReadView>>> {
         self.check_open()?;
         let snap = self
             .db
             .snapshot()
             .map_err(|e| map_err("taking a snapshot", e))?;
-        Ok(Arc::new(SlateView(snap)))
-    }
-
-    async fn flush(&self) -> Result<()> {
-        self.check_open()?;
-        self.flush_wal().await
+        Ok(Some(Arc::new(SlateView(snap))))
     }
 
     async fn close(&self) -> Result<()> {

@@ -85,11 +85,11 @@ pub fn local_path(url: &str) -> Result<std::path::PathBuf> {
 /// Open the store a URL names. See the crate docs for the schemes.
 pub async fn open(url: &str) -> Result<Arc<dyn KvBackend>> {
     match engine_of(url)? {
-        "model" => Ok(Arc::new(MemoryBackend::new())),
+        "model" => Ok(Arc::new(MemoryBackend::default())),
         "slatedb" => {
             #[cfg(feature = "slatedb")]
             {
-                let b: Arc<dyn KvBackend> = rocklake_slatedb::SlateBackend::open_url(url).await?;
+                let b: Arc<dyn KvBackend> = rocklake_slatedb::open_url(url).await?;
                 Ok(b)
             }
             #[cfg(not(feature = "slatedb"))]
@@ -98,8 +98,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn KvBackend>> {
         "rocksdb" => {
             #[cfg(feature = "rocksdb")]
             {
-                let b: Arc<dyn KvBackend> =
-                    rocklake_rocksdb::RocksBackend::open(local_path(url)?).await?;
+                let b: Arc<dyn KvBackend> = rocklake_rocksdb::open(local_path(url)?).await?;
                 Ok(b)
             }
             #[cfg(not(feature = "rocksdb"))]
@@ -108,8 +107,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn KvBackend>> {
         "sled" => {
             #[cfg(feature = "sled")]
             {
-                let b: Arc<dyn KvBackend> =
-                    rocklake_sled::SledBackend::open(local_path(url)?).await?;
+                let b: Arc<dyn KvBackend> = rocklake_sled::open(local_path(url)?).await?;
                 Ok(b)
             }
             #[cfg(not(feature = "sled"))]

@@ -185,11 +185,11 @@ pub async fn keystone_delete_keeps_key(t: &Target) -> CheckResult {
 /// PURGE waits for older readers, then refuses with a retryable conflict.
 pub async fn keystone_purge_waits_for_readers(t: &Target) -> CheckResult {
     let s = t.fresh().await.map_err(ctx("fresh"))?;
-    let opts = CatalogOptions {
+    let opts = KeyspaceOptions {
         purge_wait: Duration::from_millis(300),
         ..Default::default()
     };
-    let cat = Catalog::open_with(s.backend, opts)
+    let cat = Keyspace::open_with(s.backend, opts)
         .await
         .map_err(ctx("open"))?;
     name_key(&cat, 5).await.map_err(ctx("name"))?;
@@ -239,8 +239,8 @@ pub async fn keystone_purge_waits_for_readers(t: &Target) -> CheckResult {
     ))
 }
 
-fn racing_namer(times: usize) -> (DrawHook, Arc<std::sync::Mutex<Option<Catalog>>>) {
-    let slot: Arc<std::sync::Mutex<Option<Catalog>>> = Arc::new(std::sync::Mutex::new(None));
+fn racing_namer(times: usize) -> (DrawHook, Arc<std::sync::Mutex<Option<Keyspace>>>) {
+    let slot: Arc<std::sync::Mutex<Option<Keyspace>>> = Arc::new(std::sync::Mutex::new(None));
     let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let hook: DrawHook = {
         let slot = slot.clone();
@@ -269,9 +269,9 @@ fn racing_namer(times: usize) -> (DrawHook, Arc<std::sync::Mutex<Option<Catalog>
 pub async fn keystone_eight_draws(t: &Target) -> CheckResult {
     let s = t.fresh().await.map_err(ctx("fresh"))?;
     let (hook, slot) = racing_namer(8 + 3);
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         s.backend,
-        CatalogOptions {
+        KeyspaceOptions {
             draw_hook: Some(hook),
             ..Default::default()
         },
@@ -303,9 +303,9 @@ pub async fn keystone_eight_draws(t: &Target) -> CheckResult {
 /// Issued ids strictly ascend per task and are unique across many concurrent tasks.
 pub async fn keystone_concurrent_issue(t: &Target) -> CheckResult {
     let s = t.fresh().await.map_err(ctx("fresh"))?;
-    let cat = Catalog::open_with(
+    let cat = Keyspace::open_with(
         s.backend,
-        CatalogOptions {
+        KeyspaceOptions {
             id_reservation: 50,
             ..Default::default()
         },
@@ -363,7 +363,7 @@ pub async fn keystone_never_reissued(t: &Target) -> CheckResult {
     // An unclean stop: flush the engine (so the reservation is durable) but never close the catalog.
     cat.backend().close().await.map_err(ctx("engine close"))?;
     drop(cat);
-    let cat = Catalog::open(t.open(&url).await.map_err(ctx("reopen"))?)
+    let cat = Keyspace::open(t.open(&url).await.map_err(ctx("reopen"))?)
         .await
         .map_err(ctx("open"))?;
     let next = cat
@@ -376,7 +376,7 @@ pub async fn keystone_never_reissued(t: &Target) -> CheckResult {
     );
     cat.close().await.map_err(ctx("close"))?;
     drop(cat);
-    let cat = Catalog::open(t.open(&url).await.map_err(ctx("reopen"))?)
+    let cat = Keyspace::open(t.open(&url).await.map_err(ctx("reopen"))?)
         .await
         .map_err(ctx("open"))?;
     let after = cat

@@ -18,13 +18,14 @@ use futures::future::BoxFuture;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rocklake_core::backend::{KeyRange, KvBackend, Order, Pager, ReadView, WriteBatch};
-use rocklake_core::catalog::DrawHook;
 use rocklake_core::keys::{self, Key};
+use rocklake_core::keyspace::DrawHook;
 use rocklake_core::keystone::{self, MAX_ID};
 use rocklake_core::tags;
 use rocklake_core::values::Row;
-use rocklake_core::{Admin, Catalog, CatalogOptions, Durability, Error, KeyChoice, Value};
+use rocklake_core::{Admin, Durability, Error, KeyChoice, Keyspace, KeyspaceOptions, Value};
 
+use crate::rows::{delete_key, issue_key, name_key, table_cells};
 use crate::util::{capabilities, dump, load};
 use crate::{
     crash, ctx, ensure, CheckFn, CheckResult, FaultyBackend, FaultyHandle, Outcome, Target,
@@ -96,40 +97,6 @@ async fn paged(
     Ok(out)
 }
 
-fn table_cells(name: &str) -> Vec<Value> {
-    vec![
-        Value::Null,
-        Value::Text("uuid".into()),
-        Value::Int(1),
-        Value::Text(name.into()),
-    ]
-}
-
-async fn name_key(cat: &Catalog, id: u64) -> Result<u64, Error> {
-    let mut t = cat.begin().await?;
-    let p = t
-        .insert(&keystone::TABLE, KeyChoice::Named(id), table_cells("named"))
-        .await?;
-    t.commit().await?;
-    Ok(p.id)
-}
-
-async fn issue_key(cat: &Catalog) -> Result<u64, Error> {
-    let mut t = cat.begin().await?;
-    let p = t
-        .insert(&keystone::TABLE, KeyChoice::Issued, table_cells("issued"))
-        .await?;
-    t.commit().await?;
-    Ok(p.id)
-}
-
-async fn delete_key(cat: &Catalog, id: u64) -> Result<bool, Error> {
-    let mut t = cat.begin().await?;
-    let d = t.delete(&keystone::TABLE, id).await?;
-    t.commit().await?;
-    Ok(d)
-}
-
 async fn table_rows(r: &rocklake_core::Reader) -> Result<Vec<(String, Vec<Value>)>, Error> {
     let mut rows = Vec::new();
     r.visible_rows(&[tags::TABLE.0], |k, row| {
@@ -139,9 +106,9 @@ async fn table_rows(r: &rocklake_core::Reader) -> Result<Vec<(String, Vec<Value>
     Ok(rows)
 }
 
-async fn writer(t: &Target) -> Result<(Catalog, String), String> {
+async fn writer(t: &Target) -> Result<(Keyspace, String), String> {
     let s = t.fresh().await.map_err(ctx("fresh store"))?;
-    let cat = Catalog::open(s.backend)
+    let cat = Keyspace::open(s.backend)
         .await
         .map_err(ctx("open catalog"))?;
     Ok((cat, s.url))

@@ -257,7 +257,7 @@ pub async fn gc_keeps_what_readers_see(t: &Target) -> CheckResult {
     cat.set_retain_from(floor)
         .await
         .map_err(ctx("retain-from"))?;
-    let snapshot_of = |cat: Catalog| async move {
+    let snapshot_of = |cat: Keyspace| async move {
         let mut all = Vec::new();
         for s in floor..=last {
             let r = cat.reader(Some(s)).await?;

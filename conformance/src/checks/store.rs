@@ -248,7 +248,7 @@ pub async fn faults_leave_nothing_half_written(t: &Target) -> CheckResult {
     let s = t.fresh().await.map_err(ctx("fresh store"))?;
     let faulty = FaultyBackend::new(s.backend.clone());
     let backend: Arc<dyn KvBackend> = Arc::new(FaultyHandle(faulty.clone()));
-    let cat = Catalog::open(backend.clone()).await.map_err(ctx("open"))?;
+    let cat = Keyspace::open(backend.clone()).await.map_err(ctx("open"))?;
     let mut rng = StdRng::seed_from_u64(7);
     let (mut failed, mut landed) = (0, 0);
     for round in 0..60u64 {
@@ -455,7 +455,7 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
     let mut mark = 1u64;
     let s = t.fresh().await.map_err(ctx("fresh"))?;
     let url = s.url.clone();
-    let mut cat = Catalog::open(s.backend).await.map_err(ctx("open"))?;
+    let mut cat = Keyspace::open(s.backend).await.map_err(ctx("open"))?;
     for (i, op) in ops.iter().enumerate() {
         let b = cat.backend().clone();
         match op {
@@ -553,7 +553,7 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
             }
             Op::Reopen if persistent => {
                 cat.close().await.map_err(ctx("close"))?;
-                cat = Catalog::open(t.open(&url).await.map_err(ctx("reopen"))?)
+                cat = Keyspace::open(t.open(&url).await.map_err(ctx("reopen"))?)
                     .await
                     .map_err(ctx("open"))?;
             }

@@ -38,11 +38,8 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
     if want("slatedb") {
         out.push(subject("slatedb-file", |dir| {
             Box::pin(async move {
-                let b = rocklake::rocklake_slatedb::SlateBackend::open_url(&format!(
-                    "file://{}",
-                    dir.display()
-                ))
-                .await?;
+                let b = rocklake::rocklake_slatedb::open_url(&format!("file://{}", dir.display()))
+                    .await?;
                 let raw: Arc<dyn RawEngine> = Arc::new(benches::raw::RawSlate(b.clone()));
                 let backend: Arc<dyn KvBackend> = b;
                 Ok((backend, Some(raw)))
@@ -53,8 +50,9 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
     if want("rocksdb") {
         out.push(subject("rocksdb", |dir| {
             Box::pin(async move {
-                let b = rocklake::rocklake_rocksdb::RocksBackend::open(&dir).await?;
+                let b = rocklake::rocklake_rocksdb::open(&dir).await?;
                 let raw = b
+                    .engine_ref()
                     .raw_db()
                     .map(|db| Arc::new(benches::raw::RawRocks(db)) as Arc<dyn RawEngine>);
                 let backend: Arc<dyn KvBackend> = b;
@@ -66,8 +64,9 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
     if want("sled") {
         out.push(subject("sled", |dir| {
             Box::pin(async move {
-                let b = rocklake::rocklake_sled::SledBackend::open(&dir).await?;
+                let b = rocklake::rocklake_sled::open(&dir).await?;
                 let raw = b
+                    .engine_ref()
                     .raw_db()
                     .map(|db| Arc::new(benches::raw::RawSled(db)) as Arc<dyn RawEngine>);
                 let backend: Arc<dyn KvBackend> = b;
@@ -79,7 +78,7 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
         out.push(subject("model", |_| {
             Box::pin(async move {
                 Ok((
-                    Arc::new(rocklake::MemoryBackend::new()) as Arc<dyn KvBackend>,
+                    Arc::new(rocklake::MemoryBackend::default()) as Arc<dyn KvBackend>,
                     None,
                 ))
             })

@@ -52,7 +52,7 @@ async fn scan(
     let view = backend.view().await?;
     if let Some(s) = at {
         // Below retain-from, GC may have removed versions a reader at `s` would see.
-        if let Err(e) = rocklake::catalog::check_readable_at(view.as_ref(), s).await {
+        if let Err(e) = rocklake::keyspace::check_readable_at(view.as_ref(), s).await {
             drop(view);
             backend.close().await?;
             return Err(e);

@@ -1,11 +1,15 @@
-//! The catalog: a [`KvBackend`] with a writer epoch and id spaces.
+//! The key space: a [`KvBackend`] opened for RockLake, with a writer epoch and id spaces
+//! ([`Keyspace`]). It is what a catalog (DuckLake's, through the SQL layer) is stored in.
 //!
-//! Opening a catalog for writing raises the writer epoch (`0xFF "writer-epoch"`). Every commit
-//! of that writer carries the precondition "the epoch is still mine", checked by the engine
-//! atomically with the batch; once another writer has opened the catalog, every commit of the
-//! older one is refused [`Error::Fenced`] and nothing of it lands.
+//! Opening a key space for writing raises the writer epoch (`0xFF "writer-epoch"`). Every
+//! commit of that writer carries the precondition "the epoch is still mine", checked by the
+//! engine atomically with the batch; once another writer has opened the store, every commit of
+//! the older one is refused [`Error::Fenced`] and nothing of it lands.
 //!
-//! What a catalog does is spread over modules that each add to [`Catalog`] and import this one
+//! Issuing ids follows [`crate::keystone`]'s rules (when to reserve, how far, exhaustion); this
+//! module only writes the reservations it asks for, as this writer, under the commit lock.
+//!
+//! What a key space does is spread over modules that each add to [`Keyspace`] and import this one
 //! (this one imports none of them): [`crate::txn`] (`begin`), [`crate::reader`] (`reader`),
 //! [`crate::maintenance`] (retain-from, PURGE, GC) and [`crate::info`] (`info`).
 
@@ -23,9 +27,7 @@ use crate::backend::{Durability, KeyRange, KvBackend, Order, ReadView, WriteBatc
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::keys;
-use crate::keystone::{
-    self, Budget, IdSpace, SpaceDescription, SpaceState, DEFAULT_RESERVATION, MAX_ID, SPACES,
-};
+use crate::keystone::{Budget, IdSpace, SpaceDescription, SpaceState, DEFAULT_RESERVATION, SPACES};
 use crate::tags::{self, system};
 use crate::values::{self, Binding};
 
@@ -38,7 +40,7 @@ pub type DrawHook = Arc<dyn Fn(&'static IdSpace, u64) -> BoxFuture<'static, ()> 
 
 /// How a catalog behaves.
 #[derive(Clone)]
-pub struct CatalogOptions {
+pub struct KeyspaceOptions {
     /// Durability of commits (default: durable).
     pub durability: Durability,
     /// Ids reserved per durable counter write (default 1024). 1 writes the counter for every
@@ -53,9 +55,9 @@ pub struct CatalogOptions {
     pub clock: Clock,
 }
 
-impl Default for CatalogOptions {
+impl Default for KeyspaceOptions {
     fn default() -> Self {
-        CatalogOptions {
+        KeyspaceOptions {
             durability: Durability::Durable,
             id_reservation: DEFAULT_RESERVATION,
             purge_wait: Duration::from_secs(1),
@@ -65,9 +67,9 @@ impl Default for CatalogOptions {
     }
 }
 
-impl fmt::Debug for CatalogOptions {
+impl fmt::Debug for KeyspaceOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CatalogOptions")
+        f.debug_struct("KeyspaceOptions")
             .field("durability", &self.durability)
             .field("id_reservation", &self.id_reservation)
             .field("purge_wait", &self.purge_wait)
@@ -87,7 +89,7 @@ pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn KvBackend>,
     /// `Some(epoch)` for a writer.
     pub(crate) epoch: Option<u64>,
-    pub(crate) options: CatalogOptions,
+    pub(crate) options: KeyspaceOptions,
     pub(crate) spaces: Vec<SpaceState>,
     pub(crate) commit_lock: tokio::sync::Mutex<()>,
     pub(crate) group: GroupCommit,
@@ -104,13 +106,13 @@ pub(crate) struct Inner {
 
 /// A catalog over any [`KvBackend`]. Cheap to clone; clones share one writer identity.
 #[derive(Clone)]
-pub struct Catalog {
+pub struct Keyspace {
     pub(crate) inner: Arc<Inner>,
 }
 
-impl fmt::Debug for Catalog {
+impl fmt::Debug for Keyspace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Catalog")
+        f.debug_struct("Keyspace")
             .field("engine", &self.inner.backend.engine())
             .field("epoch", &self.inner.epoch)
             .finish()
@@ -136,7 +138,7 @@ pub(crate) async fn read_u64(view: &dyn ReadView, key: &[u8]) -> Result<Option<u
 }
 
 /// Microseconds since the Unix epoch, for snapshot times and audit entries. Injected through
-/// [`CatalogOptions::clock`] so tests can fix time.
+/// [`KeyspaceOptions::clock`] so tests can fix time.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 /// The system clock: the default [`Clock`].
@@ -149,18 +151,18 @@ pub fn system_clock() -> Clock {
     })
 }
 
-impl Catalog {
+impl Keyspace {
     /// Open for writing with default options: initialise an empty store, raise the writer
     /// epoch (fencing any older writer) and load the id spaces.
-    pub async fn open(backend: Arc<dyn KvBackend>) -> Result<Catalog> {
-        Catalog::open_with(backend, CatalogOptions::default()).await
+    pub async fn open(backend: Arc<dyn KvBackend>) -> Result<Keyspace> {
+        Keyspace::open_with(backend, KeyspaceOptions::default()).await
     }
 
     /// Open for writing with `options`.
     pub async fn open_with(
         backend: Arc<dyn KvBackend>,
-        options: CatalogOptions,
-    ) -> Result<Catalog> {
+        options: KeyspaceOptions,
+    ) -> Result<Keyspace> {
         if options.id_reservation == 0 {
             return Err(Error::InvalidArgument(
                 "id_reservation must be at least 1".into(),
@@ -199,28 +201,28 @@ impl Catalog {
                 Err(e) => return Err(e),
             }
         };
-        Catalog::assemble(backend, Some(epoch), options).await
+        Keyspace::assemble(backend, Some(epoch), options).await
     }
 
     /// Open read-only: no epoch change, every write refused.
-    pub async fn open_read_only(backend: Arc<dyn KvBackend>) -> Result<Catalog> {
+    pub async fn open_read_only(backend: Arc<dyn KvBackend>) -> Result<Keyspace> {
         let format = read_u64(backend.as_ref(), &sys_key(system::FORMAT_VERSION)).await?;
         check_format(format)?;
-        Catalog::assemble(backend, None, CatalogOptions::default()).await
+        Keyspace::assemble(backend, None, KeyspaceOptions::default()).await
     }
 
     async fn assemble(
         backend: Arc<dyn KvBackend>,
         epoch: Option<u64>,
-        options: CatalogOptions,
-    ) -> Result<Catalog> {
+        options: KeyspaceOptions,
+    ) -> Result<Keyspace> {
         let mut spaces = Vec::with_capacity(SPACES.len());
         for space in SPACES {
             let stored = read_u64(backend.as_ref(), &space.counter_key()).await?;
             spaces.push(SpaceState::new(space, stored.unwrap_or(1)));
         }
         let published = current_snapshot_in(backend.as_ref()).await?;
-        Ok(Catalog {
+        Ok(Keyspace {
             inner: Arc::new(Inner {
                 backend,
                 epoch,
@@ -248,7 +250,7 @@ impl Catalog {
     }
 
     /// The options in force.
-    pub fn options(&self) -> &CatalogOptions {
+    pub fn options(&self) -> &KeyspaceOptions {
         &self.inner.options
     }
 
@@ -337,26 +339,19 @@ impl Catalog {
                 return Ok(id);
             }
             let _guard = self.inner.commit_lock.lock().await;
-            let m = st.marks();
-            if m.mark < m.ceiling {
-                continue;
-            }
-            if m.mark > MAX_ID {
-                return Err(keystone::exhausted(space));
-            }
-            let new_ceiling = m
-                .mark
-                .saturating_add(self.inner.options.id_reservation)
-                .min(MAX_ID + 1);
-            let mut batch = WriteBatch::new();
-            batch.put(
-                space.counter_key(),
-                Bytes::copy_from_slice(&values::encode_u64(new_ceiling)),
-            );
+            self.reserve_locked(st).await?;
+        }
+    }
+
+    /// Write the next reservation of `st` if its current one is used up (Keystone decides:
+    /// [`SpaceState::next_reservation`]). Callers hold the commit lock.
+    pub(crate) async fn reserve_locked(&self, st: &SpaceState) -> Result<()> {
+        if let Some((batch, ceiling)) = st.next_reservation(self.inner.options.id_reservation)? {
             // Reservations are always durable: an id must never be issued twice after a crash.
             self.write_fenced(batch, Durability::Durable).await?;
-            st.raise_ceiling(new_ceiling);
+            st.raise_ceiling(ceiling);
         }
+        Ok(())
     }
 
     /// The highest snapshot id in the catalog (0 when there is none).
@@ -448,7 +443,7 @@ fn check_format(format: Option<u64>) -> Result<()> {
 /// Refuse a read at `snapshot` when it lies below the `retain-from` floor of `view`: GC may
 /// already have removed versions such a reader would see, so its answer could be wrong.
 /// [`Error::OutOfRange`] names the snapshot and the floor. Every snapshot read of the API
-/// ([`Catalog::reader`]) and of the command line (`scan --at`) goes through this.
+/// ([`Keyspace::reader`]) and of the command line (`scan --at`) goes through this.
 pub async fn check_readable_at(view: &dyn ReadView, snapshot: u64) -> Result<()> {
     let floor = read_u64(view, &sys_key(system::RETAIN_FROM))
         .await?
