@@ -30,6 +30,7 @@ use rocklake_core::error::{Error, Result};
 pub mod checks;
 pub mod crash;
 pub mod faulty;
+pub mod power;
 pub mod rows;
 
 pub use faulty::{FaultyBackend, FaultyHandle};
