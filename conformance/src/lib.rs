@@ -356,7 +356,7 @@ macro_rules! with_checks {
             snapshot_order, gc_keeps_what_readers_see, keystone_examples, keystone_refusals,
             keystone_delete_keeps_key, keystone_purge_waits_for_readers,
             keystone_eight_draws, keystone_concurrent_issue, keystone_never_reissued,
-            keystone_rollback_cycles, fencing, model_based, bad_bytes);
+            keystone_rollback_cycles, fencing, model_based, bad_bytes, edges_and_close);
     };
 }
 

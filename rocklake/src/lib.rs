@@ -71,7 +71,9 @@ fn not_compiled(engine: &str, url: &str) -> Error {
     ))
 }
 
-/// The local path of a `rocksdb:///path` or `sled:///path` URL.
+/// The local path of a `rocksdb:///path` or `sled:///path` URL. Percent-escapes are decoded
+/// (`%20` is a space), as in `file://` URLs; a host, a query or a fragment is refused, since
+/// these engines take no options.
 pub fn local_path(url: &str) -> Result<std::path::PathBuf> {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     if !rest.starts_with('/') {
@@ -79,7 +81,19 @@ pub fn local_path(url: &str) -> Result<std::path::PathBuf> {
             "{url:?}: {scheme}:// needs an absolute path, e.g. {scheme}:///var/lib/lake"
         )));
     }
-    Ok(std::path::PathBuf::from(rest))
+    // Parsed as a file URL, which decodes percent-escapes the way file:// does.
+    let parsed = url::Url::parse(&format!("file://{rest}"))
+        .map_err(|e| Error::InvalidArgument(format!("{url:?} is not a valid URL: {e}")))?;
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "{url:?}: {scheme}:// takes no options (nothing after '?' or '#')"
+        )));
+    }
+    parsed.to_file_path().map_err(|_| {
+        Error::InvalidArgument(format!(
+            "{url:?}: {scheme}:// needs a local absolute path, e.g. {scheme}:///var/lib/lake"
+        ))
+    })
 }
 
 /// Open the store a URL names. See the crate docs for the schemes.
@@ -130,6 +144,52 @@ mod tests {
         assert!(engine_of("postgres://x").is_err());
         assert!(engine_of("/plain/path").is_err());
         assert!(local_path("sled://relative").is_err());
+    }
+
+    #[test]
+    fn local_paths_decode_escapes_and_refuse_options() {
+        assert_eq!(
+            local_path("rocksdb:///tmp/a%20b").unwrap(),
+            std::path::PathBuf::from("/tmp/a b")
+        );
+        assert_eq!(
+            local_path("sled:///var/lib/lake").unwrap(),
+            std::path::PathBuf::from("/var/lib/lake")
+        );
+        for (url, says) in [
+            ("sled:///x?flush_interval_ms=5", "takes no options"),
+            ("rocksdb:///x#frag", "takes no options"),
+            ("sled://host/x", "absolute path"),
+        ] {
+            let e = local_path(url).unwrap_err().to_string();
+            assert!(e.contains(says), "{url}: {e}");
+        }
+    }
+
+    #[cfg(feature = "slatedb")]
+    #[tokio::test]
+    async fn bad_slatedb_urls_are_refused_with_the_reason() {
+        for (url, says) in [
+            (
+                "file:///tmp/x?flush_interval_ms=0",
+                "flush_interval_ms must be at least 1",
+            ),
+            ("file:///tmp/x?flush_interval_ms=soon", "is not a number"),
+            ("file:///tmp/x?flush_interval_ms=-5", "is not a number"),
+            ("memory://?cache=1", "unknown option \"cache\""),
+            ("s3:///prefix", "an s3 URL needs a bucket"),
+            ("file://relative/x", "needs an absolute path"),
+        ] {
+            match open(url).await {
+                Ok(_) => panic!("{url} was accepted"),
+                Err(e) => assert!(e.to_string().contains(says), "{url}: {e}"),
+            }
+        }
+        let (location, _) = rocklake_slatedb::parse_url("file:///tmp/a%20b").unwrap();
+        assert_eq!(
+            location,
+            rocklake_slatedb::Location::Folder("/tmp/a b".into())
+        );
     }
 
     #[tokio::test]

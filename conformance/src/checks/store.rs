@@ -697,3 +697,108 @@ pub async fn bad_bytes(t: &Target) -> CheckResult {
     cat.close().await.map_err(ctx("close"))?;
     Ok(Outcome::Pass(format!("5000 random inputs, {typed} typed errors, no panic; newer value decodes; stored garbage reported Corrupt")))
 }
+
+/// The edges of the contract: a batch holding the empty key is refused whole; a 1 MiB value
+/// and a batch of 100,000 writes land whole and read back; after close, every call of the
+/// store and of a key space over it is an error (`Closed`), never a panic, and closing twice
+/// is fine.
+pub async fn edges_and_close(t: &Target) -> CheckResult {
+    let s = t.fresh().await.map_err(ctx("fresh"))?;
+    let b = s.backend.clone();
+
+    let mut w = WriteBatch::new();
+    w.put(vec![0x20, 1], b"lands only with the batch".to_vec());
+    w.put(Vec::<u8>::new(), b"empty key".to_vec());
+    match b.write(w, Durability::Durable).await {
+        Err(Error::InvalidArgument(m)) if m.contains("empty key") => {}
+        other => return Err(format!("a batch with the empty key gave {other:?}")),
+    }
+    ensure!(
+        b.get(&[0x20, 1]).await.map_err(ctx("get"))?.is_none(),
+        "a refused batch left a write behind"
+    );
+
+    let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let mut w = WriteBatch::new();
+    w.put(vec![0x20, 2], big.clone());
+    b.write(w, Durability::Durable)
+        .await
+        .map_err(ctx("write 1 MiB"))?;
+    let back = b.get(&[0x20, 2]).await.map_err(ctx("get 1 MiB"))?;
+    ensure!(
+        back.as_deref() == Some(&big[..]),
+        "the 1 MiB value read back as {:?} bytes",
+        back.map(|v| v.len())
+    );
+
+    const MANY: u32 = 100_000;
+    let key = |i: u32| [&[0x21u8][..], &i.to_be_bytes()].concat();
+    let mut w = WriteBatch::new();
+    for i in 0..MANY {
+        w.put(key(i), i.to_le_bytes().to_vec());
+    }
+    b.write(w, Durability::Durable)
+        .await
+        .map_err(ctx("write 100,000"))?;
+    let n = rocklake_core::backend::count_range(b.as_ref(), KeyRange::prefix(&[0x21]))
+        .await
+        .map_err(ctx("count"))?;
+    ensure!(n == MANY as u64, "a batch of {MANY} writes left {n} keys");
+    for i in [0, 1, MANY / 2, MANY - 1] {
+        let v = b.get(&key(i)).await.map_err(ctx("get"))?;
+        ensure!(
+            v.as_deref() == Some(&i.to_le_bytes()[..]),
+            "key {i} of the big batch read back as {v:?}"
+        );
+    }
+
+    let view = b.view().await.map_err(ctx("view"))?;
+    b.close().await.map_err(ctx("close"))?;
+    b.close().await.map_err(ctx("close twice"))?;
+    let closed = |what: &str, r: Result<(), Error>| match r {
+        Err(Error::Closed) => Ok(()),
+        other => Err(format!("{what} after close gave {other:?}, not Closed")),
+    };
+    closed("get", b.get(&[0x20, 2]).await.map(drop))?;
+    closed(
+        "scan",
+        b.scan(&KeyRange::all(), Order::Ascending, 10)
+            .await
+            .map(drop),
+    )?;
+    closed(
+        "visit",
+        b.visit(&KeyRange::all(), Order::Descending, 10, &mut |_, _| true)
+            .await
+            .map(drop),
+    )?;
+    let mut w = WriteBatch::new();
+    w.put(vec![0x20, 3], b"late".to_vec());
+    closed("write", b.write(w, Durability::Buffered).await)?;
+    closed("view", b.view().await.map(drop))?;
+    closed("flush", b.flush().await)?;
+    // A view taken before close may keep reading (RocksDB, SlateDB) or answer Closed (sled's
+    // overlay reads the live tree); either is fine, a panic is not.
+    let view_read = match view.get(&[0x20, 1]).await {
+        Ok(_) => "kept reading",
+        Err(Error::Closed) => "answered Closed",
+        Err(e) => return Err(format!("a view read after close gave {e}")),
+    };
+    drop(view);
+
+    // A key space over a store, closed: every entry point answers Closed.
+    let s = t.fresh().await.map_err(ctx("fresh"))?;
+    let ks = Keyspace::open(s.backend.clone())
+        .await
+        .map_err(ctx("open"))?;
+    name_key(&ks, 1).await.map_err(ctx("insert"))?;
+    ks.close().await.map_err(ctx("close the key space"))?;
+    ks.close().await.map_err(ctx("close the key space twice"))?;
+    closed("begin", ks.begin().await.map(drop))?;
+    closed("issue_id", ks.issue_id(&keystone::TABLE).await.map(drop))?;
+    closed("gc", ks.gc().await.map(drop))?;
+    Ok(Outcome::Pass(format!(
+        "the empty key refused whole; 1 MiB value and a {MANY}-write batch read back; every \
+         call after close answered Closed; a view taken before close {view_read}"
+    )))
+}
