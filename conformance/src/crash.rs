@@ -90,6 +90,9 @@ pub fn run_child_test(make: impl FnOnce() -> Option<Target>) {
         .enable_all()
         .build()
         .expect("a tokio runtime for the crash child");
+    // The test harness has printed `test ... crash_child ... ` without a newline: end that
+    // line, so that every line of the protocol starts with its word.
+    println!();
     runtime.block_on(async move {
         match target.open(&url).await {
             Ok(backend) => child_main(backend).await,
@@ -101,9 +104,86 @@ pub fn run_child_test(make: impl FnOnce() -> Option<Target>) {
     })
 }
 
-/// The child's loop: [`COMMITTERS`] tasks commit forever, each printing `ACK <id>` after each
-/// durable commit.
+/// The variable that picks a child's job: unset, the crash loop; `hold`, see [`hold_main`].
+pub const MODE_ENV: &str = "ROCKLAKE_CHILD_MODE";
+
+/// The row name a `hold` child gives its commits (`ROCKLAKE_CHILD_ROLE`).
+pub const ROLE_ENV: &str = "ROCKLAKE_CHILD_ROLE";
+
+/// A child's main: the crash loop, or what [`MODE_ENV`] asks for.
 pub async fn child_main(backend: Arc<dyn KvBackend>) -> ! {
+    if std::env::var(MODE_ENV).as_deref() == Ok("hold") {
+        hold_main(backend).await
+    }
+    crash_main(backend).await
+}
+
+/// A `hold` child, for the two-process check: opens the store for writing, commits one row
+/// named `<role>-ready` and prints `READY <id>`; then for each line `commit` on its stdin it
+/// commits a row named `<role>-<n>` and prints `OK <id>` or `ERR <kind> <message>`; it exits
+/// when stdin closes.
+pub async fn hold_main(backend: Arc<dyn KvBackend>) -> ! {
+    use std::io::Write;
+    let role = std::env::var(ROLE_ENV).unwrap_or_else(|_| "child".into());
+    let ks = match Keyspace::open(backend).await {
+        Ok(ks) => ks,
+        Err(e) => {
+            eprintln!("hold child: cannot open the key space: {e}");
+            std::process::exit(3);
+        }
+    };
+    let commit = |name: String| {
+        let ks = ks.clone();
+        async move {
+            let mut t = ks.begin().await?;
+            let p = t
+                .insert(
+                    &keystone::TABLE,
+                    KeyChoice::Issued,
+                    crate::rows::table_cells(&name),
+                )
+                .await?;
+            t.commit().await?;
+            Ok::<u64, rocklake_core::Error>(p.id)
+        }
+    };
+    match commit(format!("{role}-ready")).await {
+        Ok(id) => println!("READY {id}"),
+        Err(e) => {
+            eprintln!("hold child: first commit failed: {e}");
+            std::process::exit(4);
+        }
+    }
+    let _ = std::io::stdout().flush();
+    // Stdin read on a thread of its own (a blocking read), line by line.
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut n = 0;
+    while let Some(line) = lines.recv().await {
+        if line.trim() != "commit" {
+            continue;
+        }
+        n += 1;
+        match commit(format!("{role}-{n}")).await {
+            Ok(id) => println!("OK {id}"),
+            Err(e) => println!("ERR {:?} {e}", e.kind()),
+        }
+        let _ = std::io::stdout().flush();
+    }
+    let _ = ks.close().await;
+    std::process::exit(0)
+}
+
+/// The crash loop: [`COMMITTERS`] tasks commit forever, each printing `ACK <id>` after each
+/// durable commit, and a maintaining task deletes, raises retain-from, GCs and PURGEs.
+pub async fn crash_main(backend: Arc<dyn KvBackend>) -> ! {
     // A small reservation so that reservations, not only commits, are hit by kills.
     let opts = KeyspaceOptions {
         id_reservation: 16,
@@ -454,7 +534,10 @@ fn killed(status: &std::process::ExitStatus) -> bool {
     }
 }
 
-async fn open_retrying(target: &Target, url: &str) -> rocklake_core::Result<Arc<dyn KvBackend>> {
+pub async fn open_retrying(
+    target: &Target,
+    url: &str,
+) -> rocklake_core::Result<Arc<dyn KvBackend>> {
     let mut tries = 0;
     loop {
         match target.open(url).await {

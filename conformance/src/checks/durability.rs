@@ -162,3 +162,185 @@ pub async fn fencing(t: &Target) -> CheckResult {
     }
     Ok(Outcome::Pass(detail))
 }
+
+/// A `hold` child of the target (see [`crash::hold_main`]), with its stdin and stdout.
+struct Holder {
+    proc: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Holder {
+    fn spawn(t: &Target, url: &str, role: &str) -> Result<Holder, String> {
+        let child = t.child.as_ref().ok_or("no child command")?;
+        let mut cmd = tokio::process::Command::from(child(url));
+        cmd.env(crash::MODE_ENV, "hold")
+            .env(crash::ROLE_ENV, role)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut proc = cmd
+            .spawn()
+            .map_err(|e| format!("spawning process {role}: {e}"))?;
+        let stdin = proc.stdin.take();
+        let stdout = proc.stdout.take().ok_or("no stdout")?;
+        Ok(Holder {
+            proc,
+            stdin,
+            lines: tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)),
+        })
+    }
+
+    /// The next answer it prints (`READY`, `OK`, `ERR`), within a minute; other lines (a test
+    /// harness's) are passed over.
+    async fn line(&mut self) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
+                .await
+                .ok()?
+                .ok()??;
+            if ["READY ", "OK ", "ERR "]
+                .iter()
+                .any(|p| line.starts_with(p))
+            {
+                return Some(line);
+            }
+        }
+    }
+
+    /// Ask for a commit; its answer line.
+    async fn commit(&mut self) -> Result<String, String> {
+        use tokio::io::AsyncWriteExt;
+        let stdin = self.stdin.as_mut().ok_or("stdin closed")?;
+        stdin
+            .write_all(b"commit\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        stdin.flush().await.map_err(|e| e.to_string())?;
+        self.line().await.ok_or_else(|| "no answer".to_string())
+    }
+
+    /// Close its stdin and wait for it to exit; its status and stderr.
+    async fn finish(mut self) -> Result<(std::process::ExitStatus, String), String> {
+        drop(self.stdin.take());
+        let out = tokio::time::timeout(Duration::from_secs(60), self.proc.wait_with_output())
+            .await
+            .map_err(|_| "the process did not exit within a minute".to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok((
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+}
+
+/// Two processes on one store. A second process opening a store an exclusive engine (RocksDB,
+/// sled) holds is refused at once as locked, and the first goes on committing. A second writer
+/// process on a SlateDB store fences the first: the first's commits are then refused as
+/// fenced, and after both are gone the store holds the first's rows from before the takeover
+/// and the second's, and none that the fenced one tried afterwards.
+pub async fn two_processes(t: &Target) -> CheckResult {
+    if t.ephemeral || t.child.is_none() {
+        return Ok(Outcome::NotApplicable(format!(
+            "{}: no second process can reach this store",
+            t.base
+        )));
+    }
+    let s = t.fresh().await.map_err(ctx("fresh"))?;
+    let caps = s.backend.capabilities();
+    Keyspace::open(s.backend.clone())
+        .await
+        .map_err(ctx("init"))?
+        .close()
+        .await
+        .map_err(ctx("close"))?;
+    drop(s.backend);
+
+    let mut a = Holder::spawn(t, &s.url, "a")?;
+    let ready = a.line().await.unwrap_or_default();
+    ensure!(
+        ready.starts_with("READY "),
+        "process a is not ready: {ready:?}"
+    );
+    let mut b = Holder::spawn(t, &s.url, "b")?;
+    let detail;
+    let mut want_rows = vec!["a-ready"];
+    if caps.exclusive_open {
+        let (status, stderr) = b.finish().await?;
+        ensure!(
+            !status.success() && stderr.contains("locked by another process"),
+            "a second process opening the store exited {status} with: {}",
+            stderr.trim()
+        );
+        let answer = a.commit().await?;
+        ensure!(
+            answer.starts_with("OK "),
+            "the first process cannot commit after the refused open: {answer}"
+        );
+        want_rows.push("a-1");
+        detail = "a second process was refused as locked; the first kept committing".to_string();
+    } else if caps.fences_on_open {
+        let ready = b.line().await.unwrap_or_default();
+        ensure!(
+            ready.starts_with("READY "),
+            "process b is not ready: {ready:?}"
+        );
+        for _ in 0..2 {
+            let answer = a.commit().await?;
+            ensure!(
+                answer.starts_with("ERR Fenced"),
+                "the fenced process's commit answered {answer:?}, not a refusal as fenced"
+            );
+        }
+        let answer = b.commit().await?;
+        ensure!(
+            answer.starts_with("OK "),
+            "the new writer cannot commit: {answer}"
+        );
+        want_rows.extend(["b-ready", "b-1"]);
+        let (status, stderr) = b.finish().await?;
+        ensure!(
+            status.success(),
+            "process b exited {status}: {}",
+            stderr.trim()
+        );
+        detail = "a second writer process fenced the first, whose two later commits were \
+                  refused as fenced and are not in the store"
+            .to_string();
+    } else {
+        return Ok(Outcome::NotApplicable(
+            "the engine neither locks nor fences a second opener".into(),
+        ));
+    }
+    let _ = a.finish().await?;
+
+    let backend = crash::open_retrying(t, &s.url)
+        .await
+        .map_err(ctx("reopen"))?;
+    let ks = Keyspace::open_read_only(backend.clone())
+        .await
+        .map_err(ctx("open read-only"))?;
+    let reader = ks.reader(None).await.map_err(ctx("reader"))?;
+    let mut names: Vec<String> = table_rows(&reader)
+        .await
+        .map_err(ctx("rows"))?
+        .into_iter()
+        .filter_map(|(_, cells)| match cells.get(3) {
+            Some(Value::Text(name)) => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    drop(reader);
+    backend.close().await.map_err(ctx("close"))?;
+    names.sort();
+    want_rows.sort();
+    ensure!(
+        names == want_rows,
+        "the store holds rows {names:?}, expected {want_rows:?}"
+    );
+    Ok(Outcome::Pass(format!(
+        "{detail}; the store holds {names:?}"
+    )))
+}
