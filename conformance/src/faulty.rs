@@ -1,4 +1,6 @@
-//! A wrapper backend that fails a chosen call, to prove that failures leave nothing half-written.
+//! A wrapper backend that fails a chosen call (a read, a write, a view, a flush or a close), to
+//! prove that failures leave nothing half-written. A write can also fail *after* it applied:
+//! the batch is visible but its caller hears of a failed sync.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,6 +21,10 @@ pub struct FaultyBackend {
     calls: AtomicUsize,
     fail_at: AtomicUsize,
     after_apply: AtomicBool,
+    /// What the last fault hit, once it fired (`None`: armed, not fired yet).
+    fired: std::sync::Mutex<Option<&'static str>>,
+    /// Fail the next close, whatever the count.
+    fail_close: AtomicBool,
 }
 
 impl FaultyBackend {
@@ -29,6 +35,8 @@ impl FaultyBackend {
             calls: AtomicUsize::new(0),
             fail_at: AtomicUsize::new(usize::MAX),
             after_apply: AtomicBool::new(false),
+            fired: std::sync::Mutex::new(None),
+            fail_close: AtomicBool::new(false),
         })
     }
 
@@ -36,6 +44,7 @@ impl FaultyBackend {
     /// when `after_apply`.
     pub fn arm(&self, n: usize, after_apply: bool) {
         self.after_apply.store(after_apply, Ordering::SeqCst);
+        *self.fired.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.fail_at
             .store(self.calls.load(Ordering::SeqCst) + n, Ordering::SeqCst);
     }
@@ -50,7 +59,19 @@ impl FaultyBackend {
         n == self.fail_at.load(Ordering::SeqCst)
     }
 
-    fn fault(&self, what: &str) -> Error {
+    /// Fail the next close (and nothing else).
+    pub fn arm_close(&self) {
+        *self.fired.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.fail_close.store(true, Ordering::SeqCst);
+    }
+
+    /// The call the armed fault hit, if it has fired.
+    pub fn fired(&self) -> Option<&'static str> {
+        *self.fired.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fault(&self, what: &'static str) -> Error {
+        *self.fired.lock().unwrap_or_else(|e| e.into_inner()) = Some(what);
         Error::Engine {
             engine: "faulty",
             message: format!("injected fault in {what}"),
@@ -131,9 +152,14 @@ impl KvBackend for FaultyHandle {
     async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
         if self.0.tick() {
             if self.0.after_apply.load(Ordering::SeqCst) {
-                self.0.inner.write(batch, durability).await?;
+                self.0.inner.write(batch, Durability::Buffered).await?;
             }
-            return Err(self.0.fault("write"));
+            // "Applied but the sync failed": visible, not durable, reported as failed.
+            return Err(self.0.fault(if self.0.after_apply.load(Ordering::SeqCst) {
+                "write (applied, then the sync failed)"
+            } else {
+                "write"
+            }));
         }
         self.0.inner.write(batch, durability).await
     }
@@ -149,10 +175,16 @@ impl KvBackend for FaultyHandle {
     }
 
     async fn flush(&self) -> Result<()> {
+        if self.0.tick() {
+            return Err(self.0.fault("flush"));
+        }
         self.0.inner.flush().await
     }
 
     async fn close(&self) -> Result<()> {
+        if self.0.fail_close.swap(false, Ordering::SeqCst) || self.0.tick() {
+            return Err(self.0.fault("close"));
+        }
         self.0.inner.close().await
     }
 }

@@ -242,8 +242,10 @@ pub async fn atomic_batches(t: &Target) -> CheckResult {
     ))
 }
 
-/// Faults injected into reads and writes (before and after the write applied) never leave a
-/// transaction half-written.
+/// Injected faults (on reads, writes, views, flushes, and writes that applied but whose sync
+/// failed) leave nothing half-written: a transaction's rows land all or none, a reported
+/// success is there. Every round's fault fires, and a clean commit lands after it (the key
+/// space does not stay broken); a fault on close leaves the store whole for the next opener.
 pub async fn faults_leave_nothing_half_written(t: &Target) -> CheckResult {
     let s = t.fresh().await.map_err(ctx("fresh store"))?;
     let faulty = FaultyBackend::new(s.backend.clone());
@@ -251,9 +253,13 @@ pub async fn faults_leave_nothing_half_written(t: &Target) -> CheckResult {
     let cat = Keyspace::open(backend.clone()).await.map_err(ctx("open"))?;
     let mut rng = StdRng::seed_from_u64(7);
     let (mut failed, mut landed) = (0, 0);
+    let mut hit: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut clean_id = 1_000_000u64;
     for round in 0..60u64 {
-        faulty.arm(rng.random_range(1..12), rng.random());
         let ids = [round * 3 + 1, round * 3 + 2, round * 3 + 3];
+        // Armed within the calls a transaction makes (about ten); one that falls past them
+        // lets the transaction commit whole, and is counted as not fired.
+        faulty.arm(rng.random_range(1..=8), rng.random());
         let r = async {
             let mut tx = cat.begin().await?;
             for id in ids {
@@ -264,6 +270,12 @@ pub async fn faults_leave_nothing_half_written(t: &Target) -> CheckResult {
         }
         .await;
         faulty.disarm();
+        let what = match faulty.fired() {
+            Some(what) => what,
+            None if r.is_ok() => "nothing: the transaction ended first",
+            None => return Err(format!("round {round}: failed without a fault: {r:?}")),
+        };
+        *hit.entry(what).or_default() += 1;
         if r.is_err() {
             failed += 1
         } else {
@@ -274,7 +286,7 @@ pub async fn faults_leave_nothing_half_written(t: &Target) -> CheckResult {
         let present = ids.iter().filter(|i| bound.contains(i)).count();
         ensure!(
             present == 0 || present == 3,
-            "round {round}: {present} of 3 rows of one transaction landed ({r:?})"
+            "round {round}: {present} of 3 rows of one transaction landed (fault in {what}: {r:?})"
         );
         if r.is_ok() {
             ensure!(
@@ -282,10 +294,50 @@ pub async fn faults_leave_nothing_half_written(t: &Target) -> CheckResult {
                 "round {round}: a commit reported success but its rows are missing"
             );
         }
+        // The fault has cleared: the key space commits again.
+        clean_id += 1;
+        name_key(&cat, clean_id).await.map_err(|e| {
+            format!("round {round}: after a fault in {what}, a clean commit failed: {e}")
+        })?;
     }
-    cat.close().await.map_err(ctx("close"))?;
+    let fired: usize = hit
+        .iter()
+        .filter(|(w, _)| !w.starts_with("nothing"))
+        .map(|(_, n)| n)
+        .sum();
+    ensure!(
+        fired >= 50,
+        "only {fired} of 60 rounds' faults fired: {hit:?}"
+    );
+    for kind in ["write", "flush", "view"] {
+        ensure!(
+            hit.keys().any(|w| w.starts_with(kind)),
+            "no fault hit a {kind}: {hit:?}"
+        );
+    }
+    // A fault on close: the store is whole for the next opener.
+    faulty.arm_close();
+    let closed = cat.close().await;
+    ensure!(
+        faulty.fired() == Some("close") && closed.is_err(),
+        "the close fault did not fire or was not reported: {closed:?}"
+    );
+    faulty.disarm();
+    s.backend.close().await.map_err(ctx("close the store"))?;
+    if !t.ephemeral {
+        let b = t.open(&s.url).await.map_err(ctx("reopen"))?;
+        let rows = dump(b.as_ref()).await.map_err(ctx("dump"))?;
+        let bound = bound_ids(&rows, keystone::TABLE.code());
+        ensure!(
+            (1_000_001..=clean_id).all(|id| bound.contains(&id)),
+            "after a failed close, a clean commit is missing on reopen"
+        );
+        b.close().await.map_err(ctx("close"))?;
+    }
     Ok(Outcome::Pass(format!(
-        "60 transactions with injected faults: {failed} failed, {landed} landed, none half-written"
+        "60 transactions with injected faults ({fired} fired: {hit:?}): {failed} failed, {landed} \
+         landed, none half-written; a clean commit landed after each; a failed close left the \
+         store whole"
     )))
 }
 
