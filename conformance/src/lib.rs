@@ -469,3 +469,33 @@ pub mod util {
         tokio::time::sleep(Duration::from_millis(ms)).await
     }
 }
+
+/// Engine evidence that durable commits reach the disk: `commits` durable commits, one after
+/// another, on a key space over `backend` must raise `syncs` (the engine's own count of its
+/// durability barriers: RocksDB's WAL-sync ticker, SlateDB's WAL object writes, sled's
+/// flushes) by at least one each. Engine crates run it twice: as they are, and with their
+/// test-only switch that skips the sync, which it must catch.
+pub async fn durable_commits_sync(
+    backend: Arc<dyn KvBackend>,
+    syncs: impl Fn() -> u64,
+    commits: u64,
+) -> std::result::Result<String, String> {
+    let ks = rocklake_core::Keyspace::open(backend)
+        .await
+        .map_err(|e| format!("open: {e}"))?;
+    let before = syncs();
+    for id in 1..=commits {
+        rows::name_key(&ks, id)
+            .await
+            .map_err(|e| format!("commit {id}: {e}"))?;
+    }
+    let during = syncs() - before;
+    ks.close().await.map_err(|e| format!("close: {e}"))?;
+    if during < commits {
+        return Err(format!(
+            "{commits} durable commits, one after another, made the engine sync only {during} \
+             times"
+        ));
+    }
+    Ok(format!("{commits} durable commits: {during} engine syncs"))
+}

@@ -202,6 +202,10 @@ pub struct RocksEngine {
     path: PathBuf,
     /// `None` once closed.
     store: RwLock<Option<Arc<Store>>>,
+    /// With statistics on (see [`RocksEngine::open_counting_syncs`]): RocksDB's own counters.
+    options: Option<Options>,
+    /// Test-only: `sync` does nothing (see [`RocksEngine::skip_syncs_for_tests`]).
+    skip_sync: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for RocksEngine {
@@ -217,22 +221,55 @@ impl RocksEngine {
     /// Open (creating if missing, with its parent folders) the database at `path`, with lz4
     /// compression.
     pub async fn open(path: impl AsRef<Path>) -> Result<RocksEngine> {
-        let path = path.as_ref().to_path_buf();
+        RocksEngine::open_with(path.as_ref(), false).await
+    }
+
+    /// [`RocksEngine::open`] with RocksDB's statistics on, so that [`RocksEngine::wal_syncs`]
+    /// reports the engine's own count of WAL syncs (for tests and diagnostics; statistics cost
+    /// a little on every call).
+    pub async fn open_counting_syncs(path: impl AsRef<Path>) -> Result<RocksEngine> {
+        RocksEngine::open_with(path.as_ref(), true).await
+    }
+
+    async fn open_with(path: &Path, statistics: bool) -> Result<RocksEngine> {
+        let path = path.to_path_buf();
         let at = path.clone();
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_compression_type(DBCompressionType::Lz4);
+        if statistics {
+            opts.enable_statistics();
+        }
+        let open_opts = opts.clone();
         let db = blocking::run(ENGINE, move || {
             std::fs::create_dir_all(&at)
                 .map_err(|e| error::io(e, format!("creating the store folder {}", at.display())))?;
-            let mut opts = Options::default();
-            opts.create_if_missing(true);
-            opts.set_compression_type(DBCompressionType::Lz4);
-            DB::open(&opts, &at).map_err(|e| error::open_error(&at, e))
+            DB::open(&open_opts, &at).map_err(|e| error::open_error(&at, e))
         })
         .await?;
         tracing::debug!(path = %path.display(), "opened rocksdb store");
         Ok(RocksEngine {
             path,
             store: RwLock::new(Some(Arc::new(Store { db }))),
+            options: statistics.then_some(opts),
+            skip_sync: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// RocksDB's count of WAL syncs (its `rocksdb.wal.synced` ticker) since open; `None` unless
+    /// opened with [`RocksEngine::open_counting_syncs`].
+    pub fn wal_syncs(&self) -> Option<u64> {
+        self.options
+            .as_ref()
+            .map(|o| o.get_ticker_count(rocksdb::statistics::Ticker::WalFileSynced))
+    }
+
+    /// Test-only: make [`Engine::sync`] do nothing, to show that the sync-evidence test
+    /// catches a durable commit that skips the sync. Never use it on a real store.
+    #[doc(hidden)]
+    pub fn skip_syncs_for_tests(&self, skip: bool) {
+        self.skip_sync
+            .store(skip, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Where the store lives.
@@ -317,6 +354,9 @@ impl Engine for RocksEngine {
 
     async fn sync(&self) -> Result<()> {
         let store = self.open_store()?;
+        if self.skip_sync.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
         blocking::run(ENGINE, move || store.sync_wal()).await
     }
 

@@ -233,6 +233,8 @@ pub struct SlateEngine {
     db: Db,
     location: Location,
     closed: AtomicBool,
+    /// Test-only: `sync` does nothing (see [`SlateEngine::skip_syncs_for_tests`]).
+    skip_sync: AtomicBool,
 }
 
 impl fmt::Debug for SlateEngine {
@@ -270,6 +272,7 @@ impl SlateEngine {
             db,
             location,
             closed: AtomicBool::new(false),
+            skip_sync: AtomicBool::new(false),
         })
     }
 
@@ -282,6 +285,13 @@ impl SlateEngine {
     /// Where this store lives.
     pub fn location(&self) -> &Location {
         &self.location
+    }
+
+    /// Test-only: make [`Engine::sync`] do nothing, to show that the sync-evidence test
+    /// catches a durable commit that skips the sync. Never use it on a real store.
+    #[doc(hidden)]
+    pub fn skip_syncs_for_tests(&self, skip: bool) {
+        self.skip_sync.store(skip, AtomicOrdering::SeqCst);
     }
 
     fn check_open(&self) -> Result<()> {
@@ -406,6 +416,9 @@ impl Engine for SlateEngine {
 
     async fn sync(&self) -> Result<()> {
         self.check_open()?;
+        if self.skip_sync.load(AtomicOrdering::SeqCst) {
+            return Ok(());
+        }
         self.db
             .flush()
             .await

@@ -83,6 +83,10 @@ pub struct SledEngine {
     db: RwLock<Option<sled::Db>>,
     /// Set when a flush failed: every later call is refused (see the crate docs).
     failed: AtomicBool,
+    /// Flushes that completed ([`SledEngine::flushes`]).
+    flushes: std::sync::atomic::AtomicU64,
+    /// Test-only: `sync` does nothing (see [`SledEngine::skip_syncs_for_tests`]).
+    skip_sync: AtomicBool,
 }
 
 impl fmt::Debug for SledEngine {
@@ -112,6 +116,8 @@ impl SledEngine {
             path,
             db: RwLock::new(Some(db)),
             failed: AtomicBool::new(false),
+            flushes: std::sync::atomic::AtomicU64::new(0),
+            skip_sync: AtomicBool::new(false),
         })
     }
 
@@ -124,6 +130,18 @@ impl SledEngine {
     /// once closed. Writing through it bypasses RockLake's preconditions and views.
     pub fn raw_db(&self) -> Option<sled::Db> {
         self.db().ok()
+    }
+
+    /// How many of sled's flushes (write and fsync) completed on this handle's syncs.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(AtomicOrdering::Acquire)
+    }
+
+    /// Test-only: make [`Engine::sync`] do nothing, to show that the sync-evidence test
+    /// catches a durable commit that skips the sync. Never use it on a real store.
+    #[doc(hidden)]
+    pub fn skip_syncs_for_tests(&self, skip: bool) {
+        self.skip_sync.store(skip, AtomicOrdering::SeqCst);
     }
 
     /// A handle on the open database (sled's `Db` is reference counted), or why there is none.
@@ -288,7 +306,13 @@ impl Engine for SledEngine {
 
     async fn sync(&self) -> Result<()> {
         let db = self.db()?;
+        if self.skip_sync.load(AtomicOrdering::SeqCst) {
+            return Ok(());
+        }
         let flushed = blocking::run(error::ENGINE, move || Ok(db.flush())).await?;
+        if flushed.is_ok() {
+            self.flushes.fetch_add(1, AtomicOrdering::AcqRel);
+        }
         if let Err(e) = flushed {
             self.failed.store(true, AtomicOrdering::Release);
             tracing::error!(path = %self.path.display(), error = %e,
