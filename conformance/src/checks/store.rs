@@ -474,7 +474,14 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
         Put(u16, u8),
         Delete(u16),
         Batch(Vec<(u16, Option<u8>)>, bool),
-        Scan(u16, u16, bool, u8),
+        /// From, to, reverse, limit, bound kinds (start and end: included, excluded, open).
+        Scan(u16, u16, bool, u8, u8),
+        /// A prefix scan: of the table (`None`) or of the keys whose first key byte is this.
+        Prefix(Option<u8>, bool),
+        /// Take a view and keep it, with the model as it is now.
+        Snap,
+        /// Read the most recent kept view again, after whatever was written since.
+        Reread,
         Reopen,
         Name(u16),
         Issue,
@@ -484,7 +491,10 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
         4 => (0u16..300, proptest::num::u8::ANY).prop_map(|(k, v)| Op::Put(k, v)),
         2 => (0u16..300).prop_map(Op::Delete),
         2 => (proptest::collection::vec((0u16..300, proptest::option::of(proptest::num::u8::ANY)), 1..20), proptest::bool::ANY).prop_map(|(v, ok)| Op::Batch(v, ok)),
-        3 => (0u16..300, 0u16..300, proptest::bool::ANY, 1u8..40).prop_map(|(a, b, r, l)| Op::Scan(a, b, r, l)),
+        3 => (0u16..300, 0u16..300, proptest::bool::ANY, 1u8..40, 0u8..9).prop_map(|(a, b, r, l, k)| Op::Scan(a, b, r, l, k)),
+        1 => (proptest::option::of(0u8..3), proptest::bool::ANY).prop_map(|(p, r)| Op::Prefix(p, r)),
+        1 => proptest::strategy::Just(Op::Snap),
+        2 => proptest::strategy::Just(Op::Reread),
         1 => proptest::strategy::Just(Op::Reopen),
         2 => (1u16..200).prop_map(Op::Name),
         2 => proptest::strategy::Just(Op::Issue),
@@ -508,6 +518,8 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
     let s = t.fresh().await.map_err(ctx("fresh"))?;
     let url = s.url.clone();
     let mut cat = Keyspace::open(s.backend).await.map_err(ctx("open"))?;
+    // Views kept across later writes, with the model at the time each was taken.
+    let mut snaps: Vec<(Arc<dyn ReadView>, Model)> = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let b = cat.backend().clone();
         match op {
@@ -558,9 +570,97 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
                     }
                 }
             }
-            Op::Scan(a, z, rev, limit) => {
+            Op::Prefix(p, rev) => {
+                let prefix = match p {
+                    None => vec![0x20],
+                    Some(p) => vec![0x20, *p],
+                };
+                let range = KeyRange::prefix(&prefix);
+                let order = if *rev {
+                    Order::Descending
+                } else {
+                    Order::Ascending
+                };
+                let got = paged(b.as_ref(), range.clone(), order, 7).await?;
+                let want = model_scan(&model, &range, order, usize::MAX);
+                if got != want {
+                    return Err(format!(
+                        "step {i}: prefix scan of {} {order:?} differs from the model ({} pairs, \
+                         the model has {})",
+                        keys::hex(&prefix),
+                        got.len(),
+                        want.len()
+                    ));
+                }
+            }
+            Op::Snap => {
+                let view = b.view().await.map_err(ctx("view"))?;
+                snaps.push((view, model.clone()));
+                if snaps.len() > 3 {
+                    snaps.remove(0);
+                }
+            }
+            Op::Reread => {
+                if let Some((view, then)) = snaps.last() {
+                    for order in [Order::Ascending, Order::Descending] {
+                        let got = paged(view.as_ref(), KeyRange::all(), order, 16).await?;
+                        let want: Vec<(Vec<u8>, Vec<u8>)> = {
+                            let mut w =
+                                model_scan(then, &KeyRange::prefix(&[0x20]), order, usize::MAX);
+                            // The view also holds the key space's own keys; keep the table's.
+                            w.retain(|(k, _)| k[0] == 0x20);
+                            w
+                        };
+                        let got: Vec<_> = got.into_iter().filter(|(k, _)| k[0] == 0x20).collect();
+                        if got != want {
+                            return Err(format!(
+                                "step {i}: a view read again after later writes differs from \
+                                 the model at its time ({order:?}: {} pairs, the model had {})",
+                                got.len(),
+                                want.len()
+                            ));
+                        }
+                    }
+                }
+            }
+            Op::Scan(a, z, rev, limit, kinds) => {
                 let (lo, hi) = if a <= z { (*a, *z) } else { (*z, *a) };
-                let range = KeyRange::new(key(lo), key(hi));
+                let bound = |kind: u8, k: u16| match kind {
+                    0 => Bound::Included(Bytes::from(key(k))),
+                    1 => Bound::Excluded(Bytes::from(key(k))),
+                    _ => Bound::Unbounded,
+                };
+                let mut range = KeyRange {
+                    start: bound(kinds / 3, lo),
+                    end: bound(kinds % 3, hi),
+                };
+                // An open end reaches the key space's own keys around the table: the whole
+                // range is walked, and its table keys compared with the model's.
+                if range.start == Bound::Unbounded || range.end == Bound::Unbounded {
+                    let order = if *rev {
+                        Order::Descending
+                    } else {
+                        Order::Ascending
+                    };
+                    let got: Vec<_> = paged(b.as_ref(), range.clone(), order, *limit as usize)
+                        .await?
+                        .into_iter()
+                        .filter(|(k, _)| k[0] == 0x20)
+                        .collect();
+                    if range.start == Bound::Unbounded {
+                        range.start = Bound::Included(Bytes::from_static(&[0x20]));
+                    }
+                    if range.end == Bound::Unbounded {
+                        range.end = Bound::Excluded(Bytes::from_static(&[0x21]));
+                    }
+                    let want = model_scan(&model, &range, order, usize::MAX);
+                    if got != want {
+                        return Err(format!(
+                            "step {i}: open-ended scan {range:?} {order:?} differs from the model"
+                        ));
+                    }
+                    continue;
+                }
                 let order = if *rev {
                     Order::Descending
                 } else {
@@ -604,6 +704,8 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
                 }
             }
             Op::Reopen if persistent => {
+                // Views keep an engine's store open (RocksDB's hold its lock): let them go.
+                snaps.clear();
                 cat.close().await.map_err(ctx("close"))?;
                 cat = Keyspace::open(t.open(&url).await.map_err(ctx("reopen"))?)
                     .await
