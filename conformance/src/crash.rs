@@ -22,14 +22,14 @@ use rand::{Rng, SeedableRng};
 use rocklake_core::backend::{KeyRange, KvBackend, Order, Pager};
 use rocklake_core::keys::{self, Key};
 use rocklake_core::keystone;
-use rocklake_core::values::{Binding, Row};
+use rocklake_core::values::Binding;
 use rocklake_core::{KeyChoice, Keyspace, KeyspaceOptions, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::Target;
 
 /// Rows written with each table row.
-pub const COMPANIONS: u64 = 3;
+pub use crate::rows::COMPANIONS;
 
 /// Prefix of the line a child prints after each acknowledged (durable) insert.
 pub const ACK: &str = "ACK ";
@@ -263,15 +263,7 @@ async fn maintain_loop(ks: Keyspace) -> ! {
 async fn delete_one(ks: &Keyspace, id: u64) -> Result<(), rocklake_core::Error> {
     let mut t = ks.begin().await?;
     t.delete(&keystone::TABLE, id).await?;
-    for c in 1..=COMPANIONS {
-        t.delete_key(
-            &keys::FileColumnStatsKey {
-                file_id: id,
-                column_id: c,
-            }
-            .encode(),
-        )?;
-    }
+    crate::rows::delete_companions(&mut t, id)?;
     t.commit().await?;
     Ok(())
 }
@@ -313,20 +305,7 @@ async fn commit_one(cat: &Keyspace) -> Result<u64, rocklake_core::Error> {
             vec![Value::Null, Value::Text("crash".into())],
         )
         .await?;
-    for c in 1..=COMPANIONS {
-        let key = keys::FileColumnStatsKey {
-            file_id: p.id,
-            column_id: c,
-        }
-        .encode();
-        t.put_row(
-            &key,
-            &Row::new(
-                p.snapshot,
-                vec![Value::Int(p.id as i64), Value::Int(0), Value::Int(c as i64)],
-            ),
-        )?;
-    }
+    crate::rows::put_companions(&mut t, p.id, p.snapshot)?;
     t.commit().await?;
     Ok(p.id)
 }

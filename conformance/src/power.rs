@@ -32,10 +32,9 @@ use rand::{Rng, SeedableRng};
 use rocklake_core::backend::{BatchOp, Capabilities, KeyRange, KvPair, Order, Pager, ReadView};
 use rocklake_core::keys::{self, Key};
 use rocklake_core::memory::scan_map;
-use rocklake_core::values::Row;
 use rocklake_core::{
     keystone, tags, Admin, Engine, EngineBackend, Error, KeyChoice, Keyspace, KeyspaceOptions,
-    KvBackend, Result, Value,
+    KvBackend, Result,
 };
 
 use crate::crash::COMPANIONS;
@@ -377,20 +376,7 @@ async fn insert(
         issued.lock().unwrap_or_else(|e| e.into_inner()).push(p.id);
         *drawn = Some(p.id);
     }
-    for c in 1..=COMPANIONS {
-        let key = keys::FileColumnStatsKey {
-            file_id: p.id,
-            column_id: c,
-        }
-        .encode();
-        t.put_row(
-            &key,
-            &Row::new(
-                p.snapshot,
-                vec![Value::Int(p.id as i64), Value::Int(0), Value::Int(c as i64)],
-            ),
-        )?;
-    }
+    crate::rows::put_companions(&mut t, p.id, p.snapshot)?;
     t.commit().await?;
     Ok(p.id)
 }
@@ -399,15 +385,7 @@ async fn delete(ks: &Keyspace, id: u64) -> Result<bool> {
     let mut t = ks.begin().await?;
     let d = t.delete(&keystone::TABLE, id).await?;
     // The companions go in the same batch: a deleted key has none, a live one all.
-    for c in 1..=COMPANIONS {
-        t.delete_key(
-            &keys::FileColumnStatsKey {
-                file_id: id,
-                column_id: c,
-            }
-            .encode(),
-        )?;
-    }
+    crate::rows::delete_companions(&mut t, id)?;
     t.commit().await?;
     Ok(d)
 }

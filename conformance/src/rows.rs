@@ -2,7 +2,40 @@
 //! and delete its key. The checks use them, and so do core's own tests (a dev-dependency), so
 //! the two never drift apart.
 
-use rocklake_core::{keystone, Error, KeyChoice, Keyspace, Value};
+use rocklake_core::keys::FileColumnStatsKey;
+use rocklake_core::values::Row;
+use rocklake_core::{keystone, Error, KeyChoice, Keyspace, Transaction, Value};
+
+/// Rows the crash and power-loss checks write with each table row, keyed by its id.
+pub const COMPANIONS: u64 = 3;
+
+/// Write the [`COMPANIONS`] `ducklake_file_column_stats` rows of table row `id` at `snapshot`.
+pub fn put_companions(t: &mut Transaction, id: u64, snapshot: u64) -> Result<(), Error> {
+    for c in 1..=COMPANIONS {
+        let key = FileColumnStatsKey {
+            file_id: id,
+            column_id: c,
+        }
+        .encode();
+        let cells = vec![Value::Int(id as i64), Value::Int(0), Value::Int(c as i64)];
+        t.put_row(&key, &Row::new(snapshot, cells))?;
+    }
+    Ok(())
+}
+
+/// Remove the companion rows of table row `id`.
+pub fn delete_companions(t: &mut Transaction, id: u64) -> Result<(), Error> {
+    for c in 1..=COMPANIONS {
+        t.delete_key(
+            &FileColumnStatsKey {
+                file_id: id,
+                column_id: c,
+            }
+            .encode(),
+        )?;
+    }
+    Ok(())
+}
 
 /// The cells of a `ducklake_table` row named `name` (its id column left NULL, to be filled in).
 pub fn table_cells(name: &str) -> Vec<Value> {
