@@ -13,16 +13,14 @@
 //! The kill timing comes from a seed the report prints (`ROCKLAKE_CRASH_SEED` replays it; the
 //! child's own pace still varies from run to run).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
-use rocklake_core::backend::{KeyRange, KvBackend, Order, Pager};
-use rocklake_core::keys::{self, Key};
+use rocklake_core::backend::KvBackend;
 use rocklake_core::keystone;
-use rocklake_core::values::Binding;
 use rocklake_core::{KeyChoice, Keyspace, KeyspaceOptions, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -543,37 +541,10 @@ async fn check_store(
         .await
         .map_err(|e| e.to_string())?;
     let view = backend.view().await.map_err(|e| e.to_string())?;
-    // Every bound key of the table space: live or deleted.
-    let mut bound: BTreeMap<u64, bool> = BTreeMap::new();
-    let mut pager = Pager::new(
-        view.as_ref(),
-        KeyRange::prefix(&keys::binding_prefix(keystone::TABLE.code())),
-        Order::Ascending,
-        1000,
-    );
-    while let Some(page) = pager.next_page().await.map_err(|e| e.to_string())? {
-        for (k, v) in page {
-            if let Ok(Key::Binding { id, .. }) = Key::decode(&k) {
-                let b = Binding::decode_at(&k, &v).map_err(|e| e.to_string())?;
-                bound.insert(id, !b.is_deleted());
-            }
-        }
-    }
-    // Companion rows per table key.
-    let mut companions: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut pager = Pager::new(
-        view.as_ref(),
-        KeyRange::prefix(&[rocklake_core::tags::FILE_COLUMN_STATS.0]),
-        Order::Ascending,
-        1000,
-    );
-    while let Some(page) = pager.next_page().await.map_err(|e| e.to_string())? {
-        for (k, _) in page {
-            if let Ok(Key::Row { fields, .. }) = Key::decode(&k) {
-                *companions.entry(fields[0]).or_default() += 1;
-            }
-        }
-    }
+    // Every bound key of the table space (live or deleted), and the companion rows.
+    let (bound, companions) = crate::rows::table_keys(view.as_ref())
+        .await
+        .map_err(|e| e.to_string())?;
     for id in acked {
         let want_live = !deleted.contains(id);
         match bound.get(id) {

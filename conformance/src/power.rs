@@ -29,12 +29,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rocklake_core::backend::{BatchOp, Capabilities, KeyRange, KvPair, Order, Pager, ReadView};
-use rocklake_core::keys::{self, Key};
+use rocklake_core::backend::{BatchOp, Capabilities, KeyRange, KvPair, Order, ReadView};
 use rocklake_core::memory::scan_map;
 use rocklake_core::{
-    keystone, tags, Admin, Engine, EngineBackend, Error, KeyChoice, Keyspace, KeyspaceOptions,
-    KvBackend, Result,
+    keystone, Admin, Engine, EngineBackend, Error, KeyChoice, Keyspace, KeyspaceOptions, KvBackend,
+    Result,
 };
 
 use crate::crash::COMPANIONS;
@@ -516,46 +515,13 @@ async fn read_back(
         .await
         .map_err(|e| format!("reopen read-only: {e}"))?;
     let view = backend.view().await.map_err(|e| e.to_string())?;
-    let mut bound = BTreeMap::new();
-    let mut pager = Pager::new(
-        view.as_ref(),
-        KeyRange::prefix(&keys::binding_prefix(keystone::TABLE.code())),
-        Order::Ascending,
-        1000,
-    );
-    while let Some(page) = pager.next_page().await.map_err(|e| e.to_string())? {
-        for (k, _) in page {
-            if let Ok(Key::Binding { id, .. }) = Key::decode(&k) {
-                let b = ks
-                    .binding(&keystone::TABLE, id)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| format!("binding {id} vanished"))?;
-                bound.insert(
-                    id,
-                    if b.is_deleted() {
-                        Have::Deleted
-                    } else {
-                        Have::Live
-                    },
-                );
-            }
-        }
-    }
-    let mut companions: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut pager = Pager::new(
-        view.as_ref(),
-        KeyRange::prefix(&[tags::FILE_COLUMN_STATS.0]),
-        Order::Ascending,
-        1000,
-    );
-    while let Some(page) = pager.next_page().await.map_err(|e| e.to_string())? {
-        for (k, _) in page {
-            if let Ok(Key::Row { fields, .. }) = Key::decode(&k) {
-                *companions.entry(fields[0]).or_default() += 1;
-            }
-        }
-    }
+    let (live, companions) = crate::rows::table_keys(view.as_ref())
+        .await
+        .map_err(|e| e.to_string())?;
+    let bound = live
+        .into_iter()
+        .map(|(id, live)| (id, if live { Have::Live } else { Have::Deleted }))
+        .collect();
     let mark = ks
         .describe(&keystone::TABLE)
         .await

@@ -2,9 +2,12 @@
 //! and delete its key. The checks use them, and so do core's own tests (a dev-dependency), so
 //! the two never drift apart.
 
-use rocklake_core::keys::FileColumnStatsKey;
-use rocklake_core::values::Row;
-use rocklake_core::{keystone, Error, KeyChoice, Keyspace, Transaction, Value};
+use std::collections::BTreeMap;
+
+use rocklake_core::backend::{KeyRange, Order, Pager, ReadView};
+use rocklake_core::keys::{self, FileColumnStatsKey, Key};
+use rocklake_core::values::{Binding, Row};
+use rocklake_core::{keystone, tags, Error, KeyChoice, Keyspace, Transaction, Value};
 
 /// Rows the crash and power-loss checks write with each table row, keyed by its id.
 pub const COMPANIONS: u64 = 3;
@@ -73,4 +76,32 @@ pub async fn delete_key(ks: &Keyspace, id: u64) -> Result<bool, Error> {
     let d = t.delete(&keystone::TABLE, id).await?;
     t.commit().await?;
     Ok(d)
+}
+
+/// What a crash check reads back from one view: every bound key of the table space (id ->
+/// whether its row is live) and the number of companion rows per table key.
+pub async fn table_keys(
+    view: &dyn ReadView,
+) -> Result<(BTreeMap<u64, bool>, BTreeMap<u64, u64>), Error> {
+    let mut bound = BTreeMap::new();
+    let range = KeyRange::prefix(&keys::binding_prefix(keystone::TABLE.code()));
+    let mut pager = Pager::new(view, range, Order::Ascending, 1000);
+    while let Some(page) = pager.next_page().await? {
+        for (k, v) in page {
+            if let Ok(Key::Binding { id, .. }) = Key::decode(&k) {
+                bound.insert(id, !Binding::decode_at(&k, &v)?.is_deleted());
+            }
+        }
+    }
+    let mut companions = BTreeMap::new();
+    let range = KeyRange::prefix(&[tags::FILE_COLUMN_STATS.0]);
+    let mut pager = Pager::new(view, range, Order::Ascending, 1000);
+    while let Some(page) = pager.next_page().await? {
+        for (k, _) in page {
+            if let Ok(Key::Row { fields, .. }) = Key::decode(&k) {
+                *companions.entry(fields[0]).or_default() += 1;
+            }
+        }
+    }
+    Ok((bound, companions))
 }
