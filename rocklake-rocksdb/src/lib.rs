@@ -221,17 +221,27 @@ impl RocksEngine {
     /// Open (creating if missing, with its parent folders) the database at `path`, with lz4
     /// compression.
     pub async fn open(path: impl AsRef<Path>) -> Result<RocksEngine> {
-        RocksEngine::open_with(path.as_ref(), false).await
+        RocksEngine::open_with(path.as_ref(), false, false).await
     }
 
     /// [`RocksEngine::open`] with RocksDB's statistics on, so that [`RocksEngine::wal_syncs`]
     /// reports the engine's own count of WAL syncs (for tests and diagnostics; statistics cost
     /// a little on every call).
     pub async fn open_counting_syncs(path: impl AsRef<Path>) -> Result<RocksEngine> {
-        RocksEngine::open_with(path.as_ref(), true).await
+        RocksEngine::open_with(path.as_ref(), true, false).await
     }
 
-    async fn open_with(path: &Path, statistics: bool) -> Result<RocksEngine> {
+    /// Test-only: [`RocksEngine::open_counting_syncs`] with 64 KiB memtables and small levels,
+    /// so that a test's few hundred KiB go through RocksDB's flushes and compactions (see
+    /// [`RocksEngine::flush_and_compaction_bytes`]). Never use it on a real store.
+    #[doc(hidden)]
+    pub async fn open_with_small_memtables_for_tests(
+        path: impl AsRef<Path>,
+    ) -> Result<RocksEngine> {
+        RocksEngine::open_with(path.as_ref(), true, true).await
+    }
+
+    async fn open_with(path: &Path, statistics: bool, small: bool) -> Result<RocksEngine> {
         let path = path.to_path_buf();
         let at = path.clone();
         let mut opts = Options::default();
@@ -239,6 +249,12 @@ impl RocksEngine {
         opts.set_compression_type(DBCompressionType::Lz4);
         if statistics {
             opts.enable_statistics();
+        }
+        if small {
+            opts.set_write_buffer_size(64 << 10);
+            opts.set_level_zero_file_num_compaction_trigger(2);
+            opts.set_target_file_size_base(64 << 10);
+            opts.set_max_bytes_for_level_base(256 << 10);
         }
         let open_opts = opts.clone();
         let db = blocking::run(ENGINE, move || {
@@ -262,6 +278,19 @@ impl RocksEngine {
         self.options
             .as_ref()
             .map(|o| o.get_ticker_count(rocksdb::statistics::Ticker::WalFileSynced))
+    }
+
+    /// Bytes RocksDB wrote in memtable flushes and in compactions since open (its
+    /// `rocksdb.flush.write.bytes` and `rocksdb.compact.write.bytes` tickers); `None` without
+    /// statistics.
+    pub fn flush_and_compaction_bytes(&self) -> Option<(u64, u64)> {
+        use rocksdb::statistics::Ticker;
+        self.options.as_ref().map(|o| {
+            (
+                o.get_ticker_count(Ticker::FlushWriteBytes),
+                o.get_ticker_count(Ticker::CompactWriteBytes),
+            )
+        })
     }
 
     /// Test-only: make [`Engine::sync`] do nothing, to show that the sync-evidence test

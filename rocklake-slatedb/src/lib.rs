@@ -106,12 +106,23 @@ pub enum Location {
 pub struct SlateOptions {
     /// Background WAL flush interval.
     pub flush_interval: Duration,
+    /// How large the memtable grows before SlateDB writes it out as an L0 table (SlateDB's
+    /// `l0_sst_size_bytes`; `None` keeps SlateDB's default, 64 MiB).
+    pub l0_sst_size_bytes: Option<usize>,
+    /// How often the embedded compactor looks for work (`None` keeps SlateDB's default, 5 s).
+    pub compactor_poll_interval: Option<Duration>,
+    /// How many L0 tables or sorted runs the compactor merges at least (its size-tiered
+    /// scheduler's `min_compaction_sources`; `None` keeps SlateDB's default, 4).
+    pub compactor_min_sources: Option<usize>,
 }
 
 impl Default for SlateOptions {
     fn default() -> Self {
         SlateOptions {
             flush_interval: DEFAULT_FLUSH_INTERVAL,
+            l0_sst_size_bytes: None,
+            compactor_poll_interval: None,
+            compactor_min_sources: None,
         }
     }
 }
@@ -259,10 +270,23 @@ impl SlateEngine {
         location: Location,
         options: SlateOptions,
     ) -> Result<SlateEngine> {
-        let settings = Settings {
+        let mut settings = Settings {
             flush_interval: Some(options.flush_interval),
             ..Settings::default()
         };
+        if let Some(bytes) = options.l0_sst_size_bytes {
+            settings.l0_sst_size_bytes = bytes;
+        }
+        if let Some(compactor) = settings.compactor_options.as_mut() {
+            if let Some(every) = options.compactor_poll_interval {
+                compactor.poll_interval = every;
+            }
+            if let Some(n) = options.compactor_min_sources {
+                compactor
+                    .scheduler_options
+                    .insert("min_compaction_sources".into(), n.to_string());
+            }
+        }
         let db = Db::builder(path, store)
             .with_settings(settings)
             .build()

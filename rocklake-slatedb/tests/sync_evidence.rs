@@ -124,6 +124,7 @@ async fn every_durable_commit_writes_a_wal_object_and_a_skipped_flush_is_caught(
         });
         let options = SlateOptions {
             flush_interval: std::time::Duration::from_secs(3600),
+            ..SlateOptions::default()
         };
         let engine = SlateEngine::open_store(counting.clone(), path, location, options)
             .await

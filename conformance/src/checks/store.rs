@@ -445,15 +445,16 @@ pub async fn read_views(t: &Target) -> CheckResult {
 pub async fn model_based(t: &Target) -> CheckResult {
     let persistent = !t.ephemeral && capabilities(t).await.map_err(ctx("probe"))?.persistent;
     let seeds: Vec<u64> = REGRESSION_SEEDS.iter().copied().chain(0..12).collect();
-    let mut steps = 0;
+    let (mut steps, mut bulk_bytes) = (0, 0);
     for seed in &seeds {
-        steps += model_run(t, *seed, persistent)
+        steps += model_run(t, *seed, persistent, &mut bulk_bytes)
             .await
             .map_err(|e| format!("seed {seed}: {e} (add it to REGRESSION_SEEDS)"))?;
     }
     Ok(Outcome::Pass(format!(
-        "{} seeds, {steps} steps, reopens {}",
+        "{} seeds, {steps} steps, {} KiB in bulk batches, reopens {}",
         seeds.len(),
+        bulk_bytes / 1024,
         if persistent {
             "included"
         } else {
@@ -465,7 +466,12 @@ pub async fn model_based(t: &Target) -> CheckResult {
 /// Seeds that once failed; they run first, every time.
 pub const REGRESSION_SEEDS: &[u64] = &[];
 
-async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, String> {
+async fn model_run(
+    t: &Target,
+    seed: u64,
+    persistent: bool,
+    bulk_bytes: &mut usize,
+) -> Result<usize, String> {
     use proptest::strategy::{Strategy, ValueTree};
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
@@ -486,6 +492,10 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
         Name(u16),
         Issue,
         Remove(u16),
+        /// One batch of `count` keys from `start` (wrapping), each value `len` copies of a
+        /// byte: enough data, over a run, to leave a small memtable for the engine's flush and
+        /// compaction paths.
+        Bulk(u16, u8, u8, u16),
     }
     let op = proptest::prop_oneof![
         4 => (0u16..300, proptest::num::u8::ANY).prop_map(|(k, v)| Op::Put(k, v)),
@@ -499,6 +509,7 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
         2 => (1u16..200).prop_map(Op::Name),
         2 => proptest::strategy::Just(Op::Issue),
         1 => (1u16..200).prop_map(Op::Remove),
+        1 => (0u16..300, 8u8..64, proptest::num::u8::ANY, 512u16..4096).prop_map(|(s, n, v, l)| Op::Bulk(s, n, v, l)),
     ];
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
@@ -528,6 +539,16 @@ async fn model_run(t: &Target, seed: u64, persistent: bool) -> Result<usize, Str
                 w.put(key(*k), vec![*v]);
                 b.write(w, Durability::Durable).await.map_err(ctx("put"))?;
                 model.insert(key(*k), vec![*v]);
+            }
+            Op::Bulk(start, count, v, len) => {
+                let mut w = WriteBatch::new();
+                for j in 0..u16::from(*count) {
+                    let k = (start + j) % 300;
+                    w.put(key(k), vec![*v; usize::from(*len)]);
+                    model.insert(key(k), vec![*v; usize::from(*len)]);
+                }
+                b.write(w, Durability::Durable).await.map_err(ctx("bulk"))?;
+                *bulk_bytes += usize::from(*count) * usize::from(*len);
             }
             Op::Delete(k) => {
                 let mut w = WriteBatch::new();
