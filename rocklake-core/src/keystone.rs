@@ -233,6 +233,8 @@ spaces! {
     PARTITION = "partition", "next-partition-id", PARTITION_INFO, IdVersioned;
     SORT = "sort", "next-sort-id", SORT_INFO, IdVersioned;
     AUDIT = "audit", "next-audit-id", AUDIT_ENTRY, Custom;
+    RELATION = "relation", "next-relation-id", RELATION, Id;
+    RELATION_ROW = "relation-row", "next-relation-row-id", RELATION_ROW, Custom;
 }
 
 /// The id space with this name (`table`) or counter (`next-table-id`).

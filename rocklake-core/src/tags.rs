@@ -168,6 +168,8 @@ pub enum Origin {
     Document,
     /// A DuckLake 1.0 table the document does not name, allocated here by its rules.
     DuckLake,
+    /// A RockLake structure the document does not name, allocated here by its rules.
+    RockLake,
 }
 
 /// Everything the registry knows about one tag.
@@ -295,6 +297,10 @@ pub const TABLE_COLUMN_STATS: Tag = Tag(0x1E);
 pub const SECONDARY_INDEX: Tag = Tag(0x80);
 /// `0x81` audit log.
 pub const AUDIT_ENTRY: Tag = Tag(0x81);
+/// `0x82` definitions of tables that a layer above the core created (opaque text).
+pub const RELATION: Tag = Tag(0x82);
+/// `0x83` rows of those tables that have no tag of their own.
+pub const RELATION_ROW: Tag = Tag(0x83);
 /// `0xFD` inlined small inserts.
 pub const INLINED_INSERT: Tag = Tag(0xFD);
 /// `0xFE` id-space counters.
@@ -686,6 +692,28 @@ pub static REGISTRY: &[TagInfo] = &[
         "Audit log (every PURGE writes one)."
     ),
     table!(
+        0x82,
+        "relation",
+        Internal,
+        false,
+        ["relation_id"],
+        Row,
+        cols!("relation_id": BigInt, "name": Text, "definition": Text),
+        RockLake,
+        "Tables a layer above the core defined: name and definition (the SQL layer's CREATE TABLEs)."
+    ),
+    table!(
+        0x83,
+        "relation_row",
+        Internal,
+        false,
+        ["relation_id", "row_id"],
+        Row,
+        cols!("row_id": BigInt, "data": Bytes),
+        RockLake,
+        "Rows of those tables that have no tag of their own; data is the row's cells, encoded as a row."
+    ),
+    table!(
         0xFD,
         "inlined_insert",
         Internal,
@@ -794,6 +822,7 @@ pub fn render_markdown() -> String {
         let origin = match t.origin {
             Origin::Document => "design document",
             Origin::DuckLake => "DuckLake 1.0 table",
+            Origin::RockLake => "RockLake",
         };
         let _ = writeln!(
             out,

@@ -139,6 +139,29 @@ impl Keyspace {
         let read_snapshot = current_snapshot_in(view.as_ref()).await?;
         Ok(Transaction::new(self.clone(), view, read_snapshot))
     }
+
+    /// Apply a batch that a layer above the core built itself (its own rows, preconditions and
+    /// deletes), as this writer: fenced by the writer epoch like every commit, applied under
+    /// the commit lock, and — when the key space is durable — acknowledged only after a group
+    /// flush covers it. Nothing of it lands when a precondition fails
+    /// ([`Error::ConditionFailed`] names the key) or the writer was fenced.
+    ///
+    /// The batch bypasses [`Transaction`]'s Keystone rules: the caller owns the identity of
+    /// the rows it writes.
+    pub async fn commit_batch(&self, batch: WriteBatch) -> Result<()> {
+        self.writer_epoch()?;
+        let guard = self.inner.commit_lock.lock().await;
+        self.write_fenced(batch, Durability::Buffered).await?;
+        let seq = self.inner.group.applied();
+        drop(guard);
+        if self.inner.options.durability == Durability::Durable {
+            self.inner
+                .group
+                .wait_durable(seq, || self.flush_as_writer())
+                .await?;
+        }
+        Ok(())
+    }
 }
 
 impl Transaction {

@@ -56,13 +56,14 @@ fn sequential_inside_each_range() {
         (0x01..=0x1E).collect::<Vec<u8>>(),
         "protocol tags run from 0x01 without gaps"
     );
-    // Internal: 0x80, 0x81 in sequence; 0xFD is the document's own placement next to the system range.
+    // Internal: 0x80, 0x81 (the document's), then RockLake's own 0x82, 0x83 in sequence; 0xFD
+    // is the document's own placement next to the system range.
     let internal: Vec<u8> = REGISTRY
         .iter()
         .filter(|t| t.range == TagRange::Internal)
         .map(|t| t.tag.0)
         .collect();
-    assert_eq!(internal, vec![0x80, 0x81, 0xFD]);
+    assert_eq!(internal, vec![0x80, 0x81, 0x82, 0x83, 0xFD]);
     let system: Vec<u8> = REGISTRY
         .iter()
         .filter(|t| t.range == TagRange::System)

@@ -1,0 +1,37 @@
+//! DuckLake's catalog as SQL tables over `rocklake-core`, with Apache DataFusion as the SQL
+//! engine.
+//!
+//! A [`Database`] opens on a [`rocklake_core::Keyspace`]; each [`Session`] runs SQL text
+//! against it with PostgreSQL's rules for transactions, primary keys and errors (every error
+//! carries its SQLSTATE). DuckLake's 28 catalog tables, created by DuckLake's own `CREATE
+//! TABLE`s, store their rows under the tag registry's tags and key layouts, so `rocklake
+//! inspect` and `scan` decode them; every other table (DuckLake's inlined-data tables, a
+//! client's own tables) has a layout of its own (see [`relation`]).
+//!
+//! ```no_run
+//! # async fn demo() -> rocklake_sql::Result<()> {
+//! let backend = rocklake_core::MemoryBackend::default();
+//! let keyspace = rocklake_core::Keyspace::open(std::sync::Arc::new(backend)).await?;
+//! let db = rocklake_sql::Database::open(keyspace).await?;
+//! let mut s = rocklake_sql::Session::new(db);
+//! s.run("CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR)").await?;
+//! s.run("INSERT INTO t VALUES (1, 'a'), (2, 'b')").await?;
+//! let out = s.run("SELECT name FROM t WHERE id = 2").await?;
+//! assert_eq!(out.row_count(), 1);
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod catalog;
+pub mod db;
+pub mod error;
+pub mod provider;
+pub mod relation;
+pub mod session;
+pub mod txn;
+pub mod types;
+
+pub use db::Database;
+pub use error::{Result, SqlError};
+pub use session::{Clock, Output, Session, Status};

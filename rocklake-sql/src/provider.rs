@@ -1,0 +1,212 @@
+//! The tables as DataFusion sees them: one catalog whose schemas and tables come from the
+//! session's transaction, and a table provider that scans the store through it.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    ArrayRef, BinaryBuilder, RecordBatch, RecordBatchOptions, StringBuilder,
+};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use rocklake_core::values::Value;
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::catalog::Catalog;
+use crate::error::{state, to_df, SqlError};
+use crate::relation::RelDef;
+use crate::txn::Txn;
+
+/// What a session shares with the DataFusion objects planning its statements.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// The open transaction (`None` between statements outside a transaction block).
+    pub txn: AsyncMutex<Option<Txn>>,
+    /// The catalog of that transaction, for DataFusion's synchronous name lookups.
+    pub catalog: Mutex<Arc<Catalog>>,
+    /// Tables expose `ctid` to the statement being planned (it names `ctid`).
+    pub expose_ctid: AtomicBool,
+    /// Tables expose their storage key (the plan of an UPDATE or DELETE).
+    pub expose_key: AtomicBool,
+    /// When the open transaction began (µs since 1970): what `now()` answers in it, as in
+    /// PostgreSQL.
+    pub txn_start: AtomicI64,
+    /// Stored pairs the session's scans have read (what filter pushdown saves shows here).
+    pub pairs_read: AtomicU64,
+}
+
+impl Shared {
+    fn catalog(&self) -> Arc<Catalog> {
+        self.catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// The catalog DataFusion resolves names in.
+#[derive(Debug)]
+pub struct RockCatalog {
+    /// The session's shared state.
+    pub shared: Arc<Shared>,
+}
+
+impl CatalogProvider for RockCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        self.shared.catalog().schemas.keys().cloned().collect()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        self.shared.catalog().schemas.contains_key(name).then(|| {
+            Arc::new(RockSchema {
+                name: name.to_string(),
+                shared: self.shared.clone(),
+            }) as Arc<dyn SchemaProvider>
+        })
+    }
+}
+
+/// One schema.
+#[derive(Debug)]
+pub struct RockSchema {
+    name: String,
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl SchemaProvider for RockSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.shared
+            .catalog()
+            .tables
+            .keys()
+            .filter(|(s, _)| *s == self.name)
+            .map(|(_, t)| t.clone())
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let cat = self.shared.catalog();
+        let Some(rel) = cat.tables.get(&(self.name.clone(), name.to_string())) else {
+            return Ok(None);
+        };
+        let ctid = self.shared.expose_ctid.load(Ordering::Acquire);
+        let key = self.shared.expose_key.load(Ordering::Acquire);
+        Ok(Some(Arc::new(RockTable {
+            schema: rel.arrow_schema(ctid, key),
+            rel: rel.clone(),
+            shared: self.shared.clone(),
+            ctid,
+            key,
+        })))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.shared
+            .catalog()
+            .tables
+            .contains_key(&(self.name.clone(), name.to_string()))
+    }
+}
+
+/// One table, read through the session's transaction.
+#[derive(Debug)]
+pub struct RockTable {
+    rel: Arc<RelDef>,
+    schema: SchemaRef,
+    shared: Arc<Shared>,
+    ctid: bool,
+    key: bool,
+}
+
+#[async_trait]
+impl TableProvider for RockTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Filters narrow the key ranges read; DataFusion still evaluates every one of them.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let ranges = self.rel.ranges_for(filters);
+        let rows = {
+            let guard = self.shared.txn.lock().await;
+            let txn = guard.as_ref().ok_or_else(|| {
+                to_df(SqlError::internal(
+                    "a table was scanned outside a transaction",
+                ))
+            })?;
+            txn.rows(&self.rel, &ranges).await.map_err(to_df)?
+        };
+        self.shared
+            .pairs_read
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        for (i, c) in self.rel.columns.iter().enumerate() {
+            let cells: Vec<&Value> = rows.iter().map(|r| &r.cells[i]).collect();
+            let what = || format!("{}.{}", self.rel.qualified(), c.name);
+            columns.push(c.ty.to_array(&cells, &what).map_err(to_df)?);
+        }
+        if self.ctid {
+            let mut seen = HashSet::with_capacity(rows.len());
+            let mut b = StringBuilder::with_capacity(rows.len(), rows.len() * 8);
+            for r in &rows {
+                let t = self.rel.tuple_id(&r.key);
+                if !seen.insert(t) {
+                    return Err(to_df(SqlError::new(
+                        state::INTERNAL,
+                        format!(
+                            "two rows of {} share the tuple id {t}; refusing to answer ctid \
+                             rather than let a statement reach the wrong row",
+                            self.rel.qualified()
+                        ),
+                    )));
+                }
+                b.append_value(format!("({},{})", t >> 16, t & 0xFFFF));
+            }
+            columns.push(Arc::new(b.finish()));
+        }
+        if self.key {
+            let mut b = BinaryBuilder::with_capacity(rows.len(), rows.len() * 25);
+            for r in &rows {
+                b.append_value(&r.key);
+            }
+            columns.push(Arc::new(b.finish()));
+        }
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )
+        .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))?;
+        let exec = MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            self.schema.clone(),
+            projection.cloned(),
+        )?;
+        Ok(exec)
+    }
+}

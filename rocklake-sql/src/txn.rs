@@ -1,0 +1,365 @@
+//! A SQL transaction: a point-in-time view of the store, the transaction's own writes on top,
+//! and the preconditions that make its commit one atomic, fenced batch.
+//!
+//! Reads see the view plus the writes (a transaction reads its own writes). Every row the
+//! transaction changes or deletes carries the precondition "still as this transaction read
+//! it", every row it adds "still absent", every primary-key entry it adds "absent": a commit
+//! that raced another lands whole or not at all, and says which (23505 for a duplicate key,
+//! 40001 for a concurrent update).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rocklake_core::backend::{visit_all, KeyRange, ReadView, WriteBatch};
+use rocklake_core::values::Value;
+use rocklake_core::Error as CoreError;
+
+use crate::catalog::Catalog;
+use crate::db::Database;
+use crate::error::{state, Result, SqlError};
+use crate::relation::{RelDef, StoredRow, INDEX_PRIMARY_KEY};
+
+/// An open transaction.
+pub struct Txn {
+    db: Arc<Database>,
+    view: Arc<dyn ReadView>,
+    writes: BTreeMap<Bytes, Option<Bytes>>,
+    conds: BTreeMap<Bytes, Option<Bytes>>,
+    /// Schemas and tables as this transaction sees them.
+    pub catalog: Arc<Catalog>,
+    /// Whether the transaction changed the catalog.
+    pub ddl: bool,
+    /// `BEGIN ... READ ONLY`.
+    pub read_only: bool,
+}
+
+impl std::fmt::Debug for Txn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Txn")
+            .field("writes", &self.writes.len())
+            .field("conds", &self.conds.len())
+            .finish()
+    }
+}
+
+impl Txn {
+    pub(crate) fn new(db: Arc<Database>, view: Arc<dyn ReadView>, catalog: Arc<Catalog>) -> Txn {
+        Txn {
+            db,
+            view,
+            writes: BTreeMap::new(),
+            conds: BTreeMap::new(),
+            catalog,
+            ddl: false,
+            read_only: false,
+        }
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// The database this transaction belongs to.
+    pub fn db(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// Read one key: own writes, then the view.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        if let Some(w) = self.writes.get(key) {
+            return Ok(w.clone());
+        }
+        Ok(self.view.get(key).await?)
+    }
+
+    /// Every pair in `range`, ascending, own writes applied.
+    pub async fn scan(&self, range: &KeyRange) -> Result<Vec<(Bytes, Bytes)>> {
+        let mut base: Vec<(Bytes, Bytes)> = Vec::new();
+        visit_all(self.view.as_ref(), range.clone(), 512, &mut |k, v| {
+            base.push((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v)));
+            true
+        })
+        .await?;
+        let (lo, hi) = range.as_slices();
+        let own: Vec<(&Bytes, &Option<Bytes>)> = self.writes.range::<[u8], _>((lo, hi)).collect();
+        if own.is_empty() {
+            return Ok(base);
+        }
+        let mut merged: BTreeMap<Bytes, Bytes> = base.into_iter().collect();
+        for (k, v) in own {
+            match v {
+                Some(v) => {
+                    merged.insert(k.clone(), v.clone());
+                }
+                None => {
+                    merged.remove(k);
+                }
+            }
+        }
+        Ok(merged.into_iter().collect())
+    }
+
+    /// Every row of `rel` in the given key ranges (the whole table without them).
+    pub async fn rows(&self, rel: &RelDef, ranges: &[KeyRange]) -> Result<Vec<StoredRow>> {
+        let mut out = Vec::new();
+        for r in ranges {
+            for (k, v) in self.scan(r).await? {
+                if let Some(cells) = rel.decode(&k, &v)? {
+                    out.push(StoredRow { key: k, cells });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(SqlError::new(
+                state::READ_ONLY_TRANSACTION,
+                "cannot execute a write in a read-only transaction",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Remember what the view holds for `key` before the first write to it, as the commit's
+    /// precondition.
+    async fn touch(&mut self, key: &Bytes) -> Result<()> {
+        if !self.writes.contains_key(key) && !self.conds.contains_key(key) {
+            let seen = self.view.get(key).await?;
+            self.conds.insert(key.clone(), seen);
+        }
+        Ok(())
+    }
+
+    /// Write a raw pair (definitions and index entries).
+    pub async fn put_raw(&mut self, key: Bytes, value: Bytes) -> Result<()> {
+        self.writable()?;
+        self.touch(&key).await?;
+        self.writes.insert(key, Some(value));
+        Ok(())
+    }
+
+    /// Delete a raw pair.
+    pub async fn delete_raw(&mut self, key: Bytes) -> Result<()> {
+        self.writable()?;
+        self.touch(&key).await?;
+        self.writes.insert(key, None);
+        Ok(())
+    }
+
+    /// A row id from the `relation-row` id space when the row's key needs one.
+    async fn fresh_id(&self, rel: &RelDef, old_key: Option<&[u8]>) -> Result<Option<u64>> {
+        if rel.needs_issued_id(old_key) {
+            Ok(Some(self.db.issue_row_id().await?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    async fn check_pk_free(&self, rel: &RelDef, pk: &[u8], cells: &[Value]) -> Result<()> {
+        // Own writes and the view, then the live store: a key another session committed after
+        // this transaction began is taken too (PostgreSQL checks uniqueness against the latest
+        // committed state, not the snapshot).
+        let taken = match self.writes.get(pk) {
+            Some(w) => w.is_some(),
+            None => {
+                self.view.get(pk).await?.is_some()
+                    || self.db.keyspace().backend().get(pk).await?.is_some()
+            }
+        };
+        if taken {
+            return Err(duplicate(rel, cells));
+        }
+        Ok(())
+    }
+
+    /// Insert a row (cells in column order, already of the columns' types).
+    pub async fn insert(&mut self, rel: &RelDef, cells: Vec<Value>) -> Result<()> {
+        self.writable()?;
+        rel.check_not_null(&cells)?;
+        let pk = rel.pk_index_key(&cells)?;
+        if let Some(pk) = &pk {
+            self.check_pk_free(rel, pk, &cells).await?;
+        }
+        let fresh = self.fresh_id(rel, None).await?;
+        let (key, value) = rel.encode(&cells, None, &mut || fresh_or(fresh))?;
+        let key = Bytes::from(key);
+        if self.get(&key).await?.is_some() {
+            return Err(SqlError::new(
+                state::UNIQUE_VIOLATION,
+                format!(
+                    "RockLake keeps one row per storage key of \"{}\", and a row with key {} \
+                     already exists",
+                    rel.name,
+                    rocklake_core::keys::render(&key)
+                ),
+            ));
+        }
+        self.touch(&key).await?;
+        self.writes.insert(key.clone(), Some(Bytes::from(value)));
+        if let Some(pk) = pk {
+            let pk = Bytes::from(pk);
+            self.touch(&pk).await?;
+            self.writes.insert(pk, Some(key));
+        }
+        Ok(())
+    }
+
+    /// Replace the row stored under `old.key` with `cells`.
+    pub async fn update(&mut self, rel: &RelDef, old: &StoredRow, cells: Vec<Value>) -> Result<()> {
+        self.writable()?;
+        rel.check_not_null(&cells)?;
+        let fresh = self.fresh_id(rel, Some(&old.key)).await?;
+        let (key, value) = rel.encode(&cells, Some(&old.key), &mut || fresh_or(fresh))?;
+        let key = Bytes::from(key);
+        let old_pk = rel.pk_index_key(&old.cells)?;
+        let new_pk = rel.pk_index_key(&cells)?;
+        if new_pk != old_pk {
+            if let Some(pk) = &new_pk {
+                self.check_pk_free(rel, pk, &cells).await?;
+            }
+        }
+        if key != old.key {
+            if self.get(&key).await?.is_some() {
+                return Err(SqlError::new(
+                    state::UNIQUE_VIOLATION,
+                    format!(
+                        "RockLake keeps one row per storage key of \"{}\", and a row with key {} \
+                         already exists",
+                        rel.name,
+                        rocklake_core::keys::render(&key)
+                    ),
+                ));
+            }
+            self.touch(&old.key).await?;
+            self.writes.insert(old.key.clone(), None);
+        }
+        self.touch(&key).await?;
+        self.writes.insert(key.clone(), Some(Bytes::from(value)));
+        if new_pk != old_pk || key != old.key {
+            if let Some(pk) = old_pk {
+                let pk = Bytes::from(pk);
+                self.touch(&pk).await?;
+                self.writes.insert(pk, None);
+            }
+            if let Some(pk) = new_pk {
+                let pk = Bytes::from(pk);
+                self.touch(&pk).await?;
+                self.writes.insert(pk, Some(key));
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete the row stored under `old.key` (and its primary-key entry).
+    pub async fn delete(&mut self, rel: &RelDef, old: &StoredRow) -> Result<()> {
+        self.writable()?;
+        self.touch(&old.key).await?;
+        self.writes.insert(old.key.clone(), None);
+        if let Some(pk) = rel.pk_index_key(&old.cells)? {
+            let pk = Bytes::from(pk);
+            self.touch(&pk).await?;
+            self.writes.insert(pk, None);
+        }
+        Ok(())
+    }
+
+    /// Delete every row of `rel` and its primary-key entries (DROP TABLE).
+    pub async fn delete_all(&mut self, rel: &RelDef) -> Result<usize> {
+        self.writable()?;
+        let mut n = 0;
+        for range in [rel.full_range(), KeyRange::prefix(&rel.pk_index_prefix())] {
+            for (k, v) in self.scan(&range).await? {
+                // Another schema version of an inlined table shares the range: keep its rows.
+                if range.start == rel.full_range().start && rel.decode(&k, &v)?.is_none() {
+                    continue;
+                }
+                self.touch(&k).await?;
+                self.writes.insert(k, None);
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Commit: one fenced, atomic, durable batch.
+    pub async fn commit(self) -> Result<()> {
+        if self.writes.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        for (k, v) in &self.writes {
+            match v {
+                Some(v) => batch.put(k.clone(), v.clone()),
+                None => batch.delete(k.clone()),
+            };
+        }
+        for (k, v) in &self.conds {
+            batch.expect(k.clone(), v.clone());
+        }
+        let ks = self.db.keyspace().clone();
+        match ks.commit_batch(batch).await {
+            Ok(()) => {
+                if self.ddl {
+                    self.db.reload_catalog().await?;
+                }
+                Ok(())
+            }
+            Err(CoreError::ConditionFailed { raw_key, key }) => {
+                Err(self.explain_conflict(&raw_key, &key))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn explain_conflict(&self, raw_key: &[u8], rendered: &str) -> SqlError {
+        if raw_key.len() >= 10
+            && raw_key[0] == rocklake_core::tags::SECONDARY_INDEX.0
+            && raw_key[1] == INDEX_PRIMARY_KEY
+            && matches!(self.conds.get(raw_key), Some(None))
+        {
+            let id = u64::from_be_bytes(raw_key[2..10].try_into().unwrap());
+            if let Some(rel) = self.catalog.by_id(id) {
+                return SqlError::new(
+                    state::UNIQUE_VIOLATION,
+                    format!(
+                        "duplicate key value violates unique constraint \"{}\"",
+                        rel.pkey_name()
+                    ),
+                );
+            }
+        }
+        if raw_key.len() == 9 && raw_key[0] == rocklake_core::tags::RELATION.0 {
+            return SqlError::new(
+                state::SERIALIZATION_FAILURE,
+                "could not serialize access: another session changed the same table definition \
+                 concurrently; nothing was committed",
+            );
+        }
+        SqlError::new(
+            state::SERIALIZATION_FAILURE,
+            format!(
+                "could not serialize access due to concurrent update of {rendered}; nothing was \
+                 committed"
+            ),
+        )
+    }
+}
+
+fn fresh_or(fresh: Option<u64>) -> Result<u64> {
+    fresh.ok_or_else(|| SqlError::internal("a row key needed an issued id that was not drawn"))
+}
+
+fn duplicate(rel: &RelDef, cells: &[Value]) -> SqlError {
+    SqlError::new(
+        state::UNIQUE_VIOLATION,
+        format!(
+            "duplicate key value violates unique constraint \"{}\"",
+            rel.pkey_name()
+        ),
+    )
+    .with_detail(rel.duplicate_detail(cells))
+}

@@ -1,0 +1,495 @@
+//! The column types a table may declare, how each is held in Arrow (for DataFusion) and in the
+//! core's row cells (for the store).
+//!
+//! | SQL | Arrow | cell |
+//! |---|---|---|
+//! | bigint, integer, smallint | Int64, Int32, Int16 | integer |
+//! | boolean | Boolean | boolean |
+//! | varchar, text, char | Utf8 | text |
+//! | uuid | Utf8 (canonical lower-case text) | text |
+//! | timestamp with time zone, timestamp | Timestamp(µs, UTC), Timestamp(µs) | integer (µs since 1970) |
+//! | date | Date32 | integer (days since 1970) |
+//! | time | Time64(µs) | integer (µs since midnight) |
+//! | bytea | Binary | bytes |
+//! | double precision, real | Float64, Float32 | text (shortest exact decimal form) |
+//! | numeric(p, s) | Decimal128(p, s) | text (the decimal) |
+//!
+//! Floats and decimals are kept as text so that the core's four cell kinds hold every value
+//! exactly; reading them back parses the same text.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, Date32Array,
+    Date32Builder, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, StringArray,
+    StringBuilder, Time64MicrosecondArray, Time64MicrosecondBuilder, TimestampMicrosecondArray,
+    TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use rocklake_core::values::Value;
+
+use crate::error::{state, Result, SqlError};
+
+/// A column type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqlType {
+    /// `bigint`
+    BigInt,
+    /// `integer`
+    Integer,
+    /// `smallint`
+    SmallInt,
+    /// `boolean`
+    Boolean,
+    /// `character varying` / `text`
+    Text,
+    /// `uuid`
+    Uuid,
+    /// `timestamp with time zone`
+    TimestampTz,
+    /// `timestamp without time zone`
+    Timestamp,
+    /// `date`
+    Date,
+    /// `time without time zone`
+    Time,
+    /// `bytea`
+    Bytea,
+    /// `double precision`
+    Double,
+    /// `real`
+    Real,
+    /// `numeric(precision, scale)`
+    Numeric(u8, i8),
+}
+
+/// What a column's values may be converted from on the way in and out of the store.
+impl SqlType {
+    /// Parse a declared type as PostgreSQL spells it (`BIGINT`, `VARCHAR`, `DECIMAL(18, 3)`,
+    /// `TIMESTAMP WITH TIME ZONE`, `DOUBLE PRECISION`, ...).
+    pub fn parse(declared: &str) -> Result<SqlType> {
+        let t = declared.trim().to_ascii_lowercase();
+        let t = t.split_whitespace().collect::<Vec<_>>().join(" ");
+        let base = t.split('(').next().unwrap_or("").trim().to_string();
+        let args: Vec<i64> = t
+            .find('(')
+            .and_then(|open| t[open + 1..].split(')').next())
+            .map(|inner| {
+                inner
+                    .split(',')
+                    .filter_map(|a| a.trim().parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let after = t.split(')').nth(1).unwrap_or("").trim().to_string();
+        Ok(match base.as_str() {
+            "bigint" | "int8" | "int64" => SqlType::BigInt,
+            "integer" | "int" | "int4" | "int32" => SqlType::Integer,
+            "smallint" | "int2" | "int16" => SqlType::SmallInt,
+            "boolean" | "bool" => SqlType::Boolean,
+            "varchar" | "character varying" | "text" | "string" | "char" | "character"
+            | "bpchar" => SqlType::Text,
+            "uuid" => SqlType::Uuid,
+            "timestamptz" | "timestamp with time zone" => SqlType::TimestampTz,
+            "timestamp" | "timestamp without time zone" => {
+                if after.contains("with time zone") && !after.contains("without") {
+                    SqlType::TimestampTz
+                } else {
+                    SqlType::Timestamp
+                }
+            }
+            "date" => SqlType::Date,
+            "time" | "time without time zone" => SqlType::Time,
+            "bytea" | "blob" => SqlType::Bytea,
+            "double precision" | "double" | "float8" | "float" => SqlType::Double,
+            "real" | "float4" => SqlType::Real,
+            "numeric" | "decimal" => {
+                let p = args.first().copied().unwrap_or(38);
+                let s = args
+                    .get(1)
+                    .copied()
+                    .unwrap_or(if args.is_empty() { 10 } else { 0 });
+                if !(1..=38).contains(&p) || s < 0 || s > p {
+                    return Err(SqlError::new(
+                        state::OUT_OF_RANGE,
+                        format!("NUMERIC precision {p} and scale {s} are out of range (precision 1 to 38, scale 0 to precision)"),
+                    ));
+                }
+                SqlType::Numeric(p as u8, s as i8)
+            }
+            _ => {
+                return Err(SqlError::unsupported(format!(
+                    "type {declared:?} is not supported by RockLake's SQL layer (supported: \
+                     bigint, integer, smallint, boolean, varchar/text, uuid, timestamp [with time \
+                     zone], date, time, bytea, double precision, real, numeric(p, s))"
+                )))
+            }
+        })
+    }
+
+    /// How PostgreSQL names the type (`information_schema.columns.data_type`).
+    pub fn pg_name(&self) -> String {
+        match self {
+            SqlType::BigInt => "bigint".into(),
+            SqlType::Integer => "integer".into(),
+            SqlType::SmallInt => "smallint".into(),
+            SqlType::Boolean => "boolean".into(),
+            SqlType::Text => "character varying".into(),
+            SqlType::Uuid => "uuid".into(),
+            SqlType::TimestampTz => "timestamp with time zone".into(),
+            SqlType::Timestamp => "timestamp without time zone".into(),
+            SqlType::Date => "date".into(),
+            SqlType::Time => "time without time zone".into(),
+            SqlType::Bytea => "bytea".into(),
+            SqlType::Double => "double precision".into(),
+            SqlType::Real => "real".into(),
+            SqlType::Numeric(p, s) => format!("numeric({p},{s})"),
+        }
+    }
+
+    /// The Arrow type DataFusion sees.
+    pub fn arrow(&self) -> DataType {
+        match self {
+            SqlType::BigInt => DataType::Int64,
+            SqlType::Integer => DataType::Int32,
+            SqlType::SmallInt => DataType::Int16,
+            SqlType::Boolean => DataType::Boolean,
+            SqlType::Text | SqlType::Uuid => DataType::Utf8,
+            SqlType::TimestampTz => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
+            }
+            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::Date => DataType::Date32,
+            SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
+            SqlType::Bytea => DataType::Binary,
+            SqlType::Double => DataType::Float64,
+            SqlType::Real => DataType::Float32,
+            SqlType::Numeric(p, s) => DataType::Decimal128(*p, *s),
+        }
+    }
+
+    /// Build an Arrow array of this type from stored cells. A cell of the wrong kind is
+    /// corruption, reported with `what` (the table and column).
+    pub fn to_array(&self, cells: &[&Value], what: &dyn Fn() -> String) -> Result<ArrayRef> {
+        let bad = |v: &Value| {
+            SqlError::new(
+                state::DATA_CORRUPTED,
+                format!("{}: a stored {} cell holds {v}", what(), self.pg_name()),
+            )
+        };
+        let int = |v: &Value| match v {
+            Value::Null => Ok(None),
+            Value::Int(i) => Ok(Some(*i)),
+            other => Err(bad(other)),
+        };
+        let text = |v: &Value| match v {
+            Value::Null => Ok(None),
+            Value::Text(s) => Ok(Some(s.clone())),
+            other => Err(bad(other)),
+        };
+        Ok(match self {
+            SqlType::BigInt => Arc::new(
+                cells
+                    .iter()
+                    .map(|v| int(v))
+                    .collect::<Result<Int64Array>>()?,
+            ),
+            SqlType::Integer => Arc::new(
+                cells
+                    .iter()
+                    .map(|v| int(v).map(|o| o.map(|i| i as i32)))
+                    .collect::<Result<Int32Array>>()?,
+            ),
+            SqlType::SmallInt => Arc::new(
+                cells
+                    .iter()
+                    .map(|v| int(v).map(|o| o.map(|i| i as i16)))
+                    .collect::<Result<Int16Array>>()?,
+            ),
+            SqlType::Boolean => {
+                let mut b = BooleanBuilder::with_capacity(cells.len());
+                for v in cells {
+                    match v {
+                        Value::Null => b.append_null(),
+                        Value::Bool(x) => b.append_value(*x),
+                        other => return Err(bad(other)),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            SqlType::Text | SqlType::Uuid => {
+                let mut b = StringBuilder::with_capacity(cells.len(), cells.len() * 16);
+                for v in cells {
+                    b.append_option(text(v)?);
+                }
+                Arc::new(b.finish())
+            }
+            SqlType::TimestampTz | SqlType::Timestamp => {
+                let mut b = TimestampMicrosecondBuilder::with_capacity(cells.len());
+                for v in cells {
+                    b.append_option(int(v)?);
+                }
+                let a = b.finish();
+                match self {
+                    SqlType::TimestampTz => Arc::new(a.with_timezone("+00:00")),
+                    _ => Arc::new(a),
+                }
+            }
+            SqlType::Date => {
+                let mut b = Date32Builder::with_capacity(cells.len());
+                for v in cells {
+                    b.append_option(int(v)?.map(|d| d as i32));
+                }
+                Arc::new(b.finish())
+            }
+            SqlType::Time => {
+                let mut b = Time64MicrosecondBuilder::with_capacity(cells.len());
+                for v in cells {
+                    b.append_option(int(v)?);
+                }
+                Arc::new(b.finish())
+            }
+            SqlType::Bytea => {
+                let mut b = BinaryBuilder::with_capacity(cells.len(), cells.len() * 16);
+                for v in cells {
+                    match v {
+                        Value::Null => b.append_null(),
+                        Value::Bytes(x) => b.append_value(x),
+                        other => return Err(bad(other)),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            SqlType::Double | SqlType::Real | SqlType::Numeric(..) => {
+                let mut b = StringBuilder::with_capacity(cells.len(), cells.len() * 8);
+                for v in cells {
+                    b.append_option(text(v)?);
+                }
+                let strings: ArrayRef = Arc::new(b.finish());
+                cast(&strings, &self.arrow()).map_err(|e| {
+                    SqlError::new(
+                        state::DATA_CORRUPTED,
+                        format!(
+                            "{}: stored {} text does not parse: {e}",
+                            what(),
+                            self.pg_name()
+                        ),
+                    )
+                })?
+            }
+        })
+    }
+
+    /// The cell for row `i` of `array`, which must already be of [`SqlType::arrow`].
+    pub fn cell(&self, array: &dyn Array, i: usize) -> Result<Value> {
+        if array.is_null(i) {
+            return Ok(Value::Null);
+        }
+        let wrong = || {
+            SqlError::internal(format!(
+                "a {} column was given an Arrow {} array",
+                self.pg_name(),
+                array.data_type()
+            ))
+        };
+        macro_rules! get {
+            ($t:ty) => {
+                array
+                    .as_any()
+                    .downcast_ref::<$t>()
+                    .ok_or_else(wrong)?
+                    .value(i)
+            };
+        }
+        Ok(match self {
+            SqlType::BigInt => Value::Int(get!(Int64Array)),
+            SqlType::Integer => Value::Int(get!(Int32Array).into()),
+            SqlType::SmallInt => Value::Int(get!(Int16Array).into()),
+            SqlType::Boolean => Value::Bool(get!(BooleanArray)),
+            SqlType::Text => Value::Text(get!(StringArray).to_string()),
+            SqlType::Uuid => {
+                let s = get!(StringArray);
+                Value::Text(canonical_uuid(s)?)
+            }
+            SqlType::TimestampTz | SqlType::Timestamp => {
+                Value::Int(get!(TimestampMicrosecondArray))
+            }
+            SqlType::Date => Value::Int(get!(Date32Array).into()),
+            SqlType::Time => Value::Int(get!(Time64MicrosecondArray)),
+            SqlType::Bytea => Value::Bytes(get!(BinaryArray).to_vec()),
+            SqlType::Double => Value::Text(float_text(get!(Float64Array))),
+            SqlType::Real => Value::Text(float_text(f64::from(get!(Float32Array)))),
+            SqlType::Numeric(..) => {
+                let text = cast(&array.slice(i, 1), &DataType::Utf8)
+                    .map_err(|e| SqlError::internal(e.to_string()))?;
+                let text = text
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(wrong)?
+                    .value(0)
+                    .to_string();
+                Value::Text(text)
+            }
+        })
+    }
+
+    /// Cast an incoming array (a VALUES list, an expression) to this column's Arrow type, as
+    /// PostgreSQL's assignment casts do: text to numbers, booleans and timestamps, numbers to
+    /// narrower numbers when they fit.
+    pub fn coerce(&self, array: &ArrayRef, column: &str) -> Result<ArrayRef> {
+        let target = self.arrow();
+        if array.data_type() == &target {
+            return Ok(array.clone());
+        }
+        let safe = datafusion::arrow::compute::CastOptions {
+            safe: false,
+            ..Default::default()
+        };
+        datafusion::arrow::compute::cast_with_options(array, &target, &safe).map_err(|e| {
+            let m = e.to_string();
+            let code = if m.contains("overflow") || m.contains("out of range") {
+                state::OUT_OF_RANGE
+            } else if matches!(array.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) {
+                state::INVALID_TEXT
+            } else {
+                state::DATATYPE_MISMATCH
+            };
+            SqlError::new(
+                code,
+                format!(
+                    "column \"{column}\" is of type {} but a value of type {} does not convert: {m}",
+                    self.pg_name(),
+                    array.data_type()
+                ),
+            )
+        })
+    }
+}
+
+/// Shortest text that parses back to exactly `v` (`NaN`, `Infinity`, `-Infinity` as PostgreSQL
+/// writes them).
+fn float_text(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        }
+    } else {
+        v.to_string()
+    }
+}
+
+/// PostgreSQL's text form of a uuid: 32 hex digits, lower case, hyphenated 8-4-4-4-12. Accepts
+/// the forms PostgreSQL accepts (upper case, braces, no hyphens).
+pub fn canonical_uuid(s: &str) -> Result<String> {
+    let hex: String = s
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
+    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(SqlError::new(
+            state::INVALID_TEXT,
+            format!("invalid input syntax for type uuid: \"{s}\""),
+        ));
+    }
+    let h = hex.to_ascii_lowercase();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_types_parse_as_postgresql_spells_them() {
+        for (t, want) in [
+            ("BIGINT", SqlType::BigInt),
+            ("VARCHAR", SqlType::Text),
+            ("character varying(20)", SqlType::Text),
+            ("TIMESTAMP WITH TIME ZONE", SqlType::TimestampTz),
+            ("TIMESTAMP", SqlType::Timestamp),
+            ("DOUBLE PRECISION", SqlType::Double),
+            ("DECIMAL(18, 3)", SqlType::Numeric(18, 3)),
+            ("DECIMAL(18,3)", SqlType::Numeric(18, 3)),
+            ("UUID", SqlType::Uuid),
+            ("BYTEA", SqlType::Bytea),
+            ("INTEGER", SqlType::Integer),
+        ] {
+            assert_eq!(SqlType::parse(t).unwrap(), want, "{t}");
+        }
+        let e = SqlType::parse("GEOMETRY").unwrap_err();
+        assert_eq!(e.code, state::NOT_SUPPORTED);
+        assert!(e.message.contains("GEOMETRY"), "{e}");
+        assert_eq!(
+            SqlType::parse("NUMERIC(50, 2)").unwrap_err().code,
+            state::OUT_OF_RANGE
+        );
+    }
+
+    #[test]
+    fn cells_round_trip_through_arrow_for_every_type() {
+        let cases: Vec<(SqlType, Value)> = vec![
+            (SqlType::BigInt, Value::Int(-5)),
+            (SqlType::Integer, Value::Int(7)),
+            (SqlType::SmallInt, Value::Int(-3)),
+            (SqlType::Boolean, Value::Bool(true)),
+            (SqlType::Text, Value::Text("héllo".into())),
+            (
+                SqlType::Uuid,
+                Value::Text("0f0e0d0c-0b0a-0908-0706-050403020100".into()),
+            ),
+            (SqlType::TimestampTz, Value::Int(1_700_000_000_123_456)),
+            (SqlType::Timestamp, Value::Int(-1)),
+            (SqlType::Date, Value::Int(19_000)),
+            (SqlType::Time, Value::Int(3_600_000_001)),
+            (SqlType::Bytea, Value::Bytes(vec![0, 255, 7])),
+            (SqlType::Double, Value::Text("0.1".into())),
+            (SqlType::Real, Value::Text("1.5".into())),
+            (SqlType::Numeric(18, 3), Value::Text("-12.345".into())),
+        ];
+        for (ty, v) in cases {
+            let cells = [&v, &Value::Null];
+            let a = ty.to_array(&cells, &|| "t.c".into()).unwrap();
+            assert_eq!(a.data_type(), &ty.arrow());
+            assert_eq!(ty.cell(a.as_ref(), 0).unwrap(), v, "{ty:?}");
+            assert_eq!(ty.cell(a.as_ref(), 1).unwrap(), Value::Null, "{ty:?}");
+        }
+    }
+
+    #[test]
+    fn wrong_stored_cells_are_reported_as_corruption_naming_the_column() {
+        let e = SqlType::BigInt
+            .to_array(&[&Value::Text("x".into())], &|| {
+                "ducklake_snapshot.snapshot_id".into()
+            })
+            .unwrap_err();
+        assert_eq!(e.code, state::DATA_CORRUPTED);
+        assert!(e.message.contains("ducklake_snapshot.snapshot_id"), "{e}");
+    }
+
+    #[test]
+    fn uuids_take_postgresql_input_forms() {
+        assert_eq!(
+            canonical_uuid("{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}").unwrap(),
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+        );
+        assert_eq!(
+            canonical_uuid("nope").unwrap_err().code,
+            state::INVALID_TEXT
+        );
+    }
+}

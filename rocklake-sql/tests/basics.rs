@@ -1,0 +1,164 @@
+//! Plain SQL on every engine: tables, primary keys, transactions, errors.
+
+mod common;
+
+use common::{err, open, q, stores};
+use rocklake_sql::{Session, Status};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_go_in_and_come_back_out_on_every_engine() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        q(&mut s, "CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR, score DOUBLE PRECISION, ok BOOLEAN)").await;
+        assert_eq!(q(&mut s, "INSERT INTO t VALUES (1, 'a', 0.5, true), (2, 'b', NULL, false), (3, NULL, 2, NULL)").await, ["INSERT 0 3"]);
+        assert_eq!(
+            q(&mut s, "SELECT id, name, score, ok FROM t ORDER BY id").await,
+            ["1|a|0.5|true", "2|b|NULL|false", "3|NULL|2.0|NULL"],
+            "{}",
+            store.name
+        );
+        assert_eq!(
+            q(&mut s, "UPDATE t SET name = 'z' WHERE id >= '2'").await,
+            ["UPDATE 2"]
+        );
+        assert_eq!(
+            q(&mut s, "DELETE FROM t WHERE name = 'a'").await,
+            ["DELETE 1"]
+        );
+        assert_eq!(
+            q(&mut s, "SELECT id, name FROM t ORDER BY id").await,
+            ["2|z", "3|z"]
+        );
+        let (code, msg) = err(&mut s, "INSERT INTO t VALUES (2, 'dup', 1, true)").await;
+        assert_eq!(code, "23505", "{msg}");
+        assert_eq!(
+            msg,
+            "duplicate key value violates unique constraint \"t_pkey\""
+        );
+        // A deleted key is free again, as in PostgreSQL.
+        q(&mut s, "INSERT INTO t (id, name) VALUES (1, 'again')").await;
+        assert_eq!(q(&mut s, "SELECT count(*) FROM t").await, ["3"]);
+        db.close().await.unwrap();
+        // Everything committed is there after a reopen.
+        if store.name != "model" {
+            let db = open(&store).await;
+            let mut s = Session::new(db.clone());
+            assert_eq!(
+                q(&mut s, "SELECT id, name FROM t ORDER BY id").await,
+                ["1|again", "2|z", "3|z"],
+                "{}",
+                store.name
+            );
+            db.close().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_follow_postgresql() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut a = Session::new(db.clone());
+        let mut b = Session::new(db.clone());
+        q(&mut a, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR)").await;
+        q(&mut a, "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ").await;
+        assert_eq!(a.status(), Status::InBlock);
+        q(&mut a, "INSERT INTO t VALUES (1, 'x')").await;
+        // Own writes are visible inside; nothing is visible outside before COMMIT.
+        assert_eq!(q(&mut a, "SELECT v FROM t").await, ["x"]);
+        assert!(q(&mut b, "SELECT v FROM t").await.is_empty());
+        q(&mut a, "COMMIT").await;
+        assert_eq!(q(&mut b, "SELECT v FROM t").await, ["x"]);
+        // ROLLBACK lands nothing.
+        q(&mut a, "BEGIN; INSERT INTO t VALUES (2, 'y')").await;
+        q(&mut a, "ROLLBACK").await;
+        assert_eq!(q(&mut b, "SELECT count(*) FROM t").await, ["1"]);
+        // An error aborts the block until ROLLBACK; COMMIT of it rolls back.
+        q(&mut a, "BEGIN").await;
+        q(&mut a, "INSERT INTO t VALUES (3, 'z')").await;
+        let (code, _) = err(&mut a, "INSERT INTO t VALUES (1, 'dup')").await;
+        assert_eq!(code, "23505");
+        assert_eq!(a.status(), Status::Failed);
+        let (code, _) = err(&mut a, "SELECT 1").await;
+        assert_eq!(code, "25P02");
+        assert_eq!(q(&mut a, "COMMIT").await, ["ROLLBACK"]);
+        assert_eq!(a.status(), Status::Idle);
+        assert_eq!(
+            q(&mut b, "SELECT count(*) FROM t").await,
+            ["1"],
+            "{}",
+            store.name
+        );
+        // A multi-statement text outside a block is one implicit transaction.
+        let out = a
+            .execute("INSERT INTO t VALUES (4, 'w'); INSERT INTO t VALUES (1, 'dup')")
+            .await;
+        assert!(out[0].is_ok() && out[1].as_ref().unwrap_err().code == "23505");
+        assert_eq!(
+            q(&mut b, "SELECT count(*) FROM t").await,
+            ["1"],
+            "{}",
+            store.name
+        );
+        // A session dropped with a block open lands nothing.
+        {
+            let mut c = Session::new(db.clone());
+            q(&mut c, "BEGIN; INSERT INTO t VALUES (5, 'gone')").await;
+        }
+        assert_eq!(q(&mut b, "SELECT count(*) FROM t").await, ["1"]);
+        db.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_committing_the_same_key_exactly_one_wins() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut a = Session::new(db.clone());
+        let mut b = Session::new(db.clone());
+        q(
+            &mut a,
+            "CREATE TABLE s (snapshot_id BIGINT PRIMARY KEY, note VARCHAR)",
+        )
+        .await;
+        q(&mut a, "BEGIN").await;
+        q(&mut b, "BEGIN").await;
+        q(&mut a, "INSERT INTO s VALUES (7, 'a')").await;
+        q(&mut b, "INSERT INTO s VALUES (7, 'b')").await;
+        q(&mut a, "COMMIT").await;
+        let (code, msg) = err(&mut b, "COMMIT").await;
+        assert_eq!(code, "23505", "{}: {msg}", store.name);
+        assert_eq!(
+            msg,
+            "duplicate key value violates unique constraint \"s_pkey\""
+        );
+        assert_eq!(q(&mut a, "SELECT note FROM s").await, ["a"]);
+        db.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_statements_get_postgresql_errors_and_change_nothing() {
+    let store = &stores()[0];
+    let db = open(store).await;
+    let mut s = Session::new(db.clone());
+    q(&mut s, "CREATE TABLE t (id BIGINT, name VARCHAR NOT NULL)").await;
+    for (sql, code) in [
+        ("SELEC 1", "42601"),
+        ("SELECT * FROM nope", "42P01"),
+        ("SELECT nope FROM t", "42703"),
+        ("INSERT INTO t VALUES (1, NULL)", "23502"),
+        ("INSERT INTO t VALUES ('x', 'a')", "22P02"),
+        ("INSERT INTO t (id, nope) VALUES (1, 'a')", "42703"),
+        ("CREATE TABLE t (id BIGINT)", "42P07"),
+        ("CREATE TABLE nope.t (id BIGINT)", "3F000"),
+        ("DROP TABLE nope", "42P01"),
+        ("CREATE TABLE g (x GEOMETRY)", "0A000"),
+    ] {
+        let (got, msg) = err(&mut s, sql).await;
+        assert_eq!(got, code, "{sql}: {msg}");
+    }
+    assert_eq!(q(&mut s, "SELECT count(*) FROM t").await, ["0"]);
+    db.close().await.unwrap();
+}
