@@ -134,6 +134,17 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         groups: Vec<String>,
     },
+    /// Run SQL against a catalog without a server (DuckLake's tables are SQL tables); without a
+    /// statement, read statements from standard input (an interactive shell on a terminal).
+    Sql {
+        url: String,
+        /// One or more statements; leave out for the shell.
+        sql: Option<String>,
+        /// Open as a reader: the store's writer (a server on the same SlateDB store) is not
+        /// fenced, and writes are refused.
+        #[arg(long)]
+        read_only: bool,
+    },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
         #[arg(long)]
@@ -242,6 +253,11 @@ async fn run(command: Command, json: bool) -> CliResult {
             out,
             groups,
         } => cmd::bench::run(engines, groups, quick, out, json).await,
+        Command::Sql {
+            url,
+            sql,
+            read_only,
+        } => cmd::sql::run(url, sql, read_only, json).await,
         Command::Tags { markdown } => cmd::tags::run(markdown, json).await,
         Command::CrashChild { url } => cmd::conformance::crash_child(&url).await,
     }

@@ -1,6 +1,7 @@
 //! A SQL database over one RockLake key space: the shared catalog of tables and the way
 //! transactions begin.
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -13,12 +14,17 @@ use rocklake_core::Keyspace;
 
 use crate::catalog::{parse_definition, Catalog};
 use crate::error::{Result, SqlError};
+use crate::relation::RelDef;
 use crate::txn::Txn;
 
 /// The shared state of every session on one store.
 pub struct Database {
     keyspace: Keyspace,
     catalog: RwLock<Arc<Catalog>>,
+    /// Per relation id: the next tuple number (`ctid`), found on first use from the largest
+    /// stored one (tuple numbers are positions, not identities: like PostgreSQL's, a number
+    /// whose row version is gone may be given again after a restart).
+    tuples: tokio::sync::Mutex<HashMap<u64, u64>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -38,6 +44,7 @@ impl Database {
         let db = Arc::new(Database {
             keyspace,
             catalog: RwLock::new(Arc::new(catalog)),
+            tuples: tokio::sync::Mutex::new(HashMap::new()),
         });
         if fresh && db.keyspace.epoch().is_some() {
             let mut txn = db.begin().await?;
@@ -79,7 +86,55 @@ impl Database {
         // The catalog the view holds: read again only when the shared copy may be stale is an
         // optimisation left for later; the shared copy is reloaded on every DDL commit of this
         // process, and only one process writes a store (the others are fenced).
-        Ok(Txn::new(self.clone(), view, self.catalog()))
+        let mut txn = Txn::new(self.clone(), view, self.catalog());
+        // A key space opened read-only refuses writes at the statement, as PostgreSQL's
+        // read-only transactions do, not only at COMMIT.
+        txn.read_only = self.keyspace.epoch().is_none();
+        Ok(txn)
+    }
+
+    /// The next tuple number of `rel`.
+    pub async fn next_tuple(&self, rel: &RelDef) -> Result<u64> {
+        let mut tuples = self.tuples.lock().await;
+        if let Some(n) = tuples.get_mut(&rel.id) {
+            *n += 1;
+            return Ok(*n - 1);
+        }
+        let view = self.keyspace.backend().as_ref();
+        let mut max = 0u64;
+        let mut bad: Option<SqlError> = None;
+        if rel.tuples_indexed() {
+            visit_all(
+                view,
+                KeyRange::prefix(&rel.tuple_index_prefix()),
+                1024,
+                &mut |_, v| {
+                    if let Ok(b) = <[u8; 8]>::try_from(v) {
+                        max = max.max(u64::from_be_bytes(b));
+                    }
+                    true
+                },
+            )
+            .await?;
+        } else {
+            visit_all(view, rel.full_range(), 1024, &mut |k, v| {
+                match rel.decode(k, v) {
+                    Ok(Some((_, Some(t)))) => max = max.max(t),
+                    Ok(_) => {}
+                    Err(e) => {
+                        bad = Some(e);
+                        return false;
+                    }
+                }
+                true
+            })
+            .await?;
+        }
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        tuples.insert(rel.id, max + 2);
+        Ok(max + 1)
     }
 
     /// A fresh row id (the `relation-row` id space).

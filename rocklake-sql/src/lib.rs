@@ -32,6 +32,7 @@ pub mod session;
 pub mod txn;
 pub mod types;
 
+pub use datafusion;
 pub use db::Database;
 pub use error::{Result, SqlError};
 pub use session::{Clock, Output, Session, Status};

@@ -1,7 +1,6 @@
 //! The tables as DataFusion sees them: one catalog whose schemas and tables come from the
 //! session's transaction, and a table provider that scans the store through it.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -20,7 +19,7 @@ use rocklake_core::values::Value;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::catalog::Catalog;
-use crate::error::{state, to_df, SqlError};
+use crate::error::{to_df, SqlError};
 use crate::relation::RelDef;
 use crate::txn::Txn;
 
@@ -159,7 +158,9 @@ impl TableProvider for RockTable {
                     "a table was scanned outside a transaction",
                 ))
             })?;
-            txn.rows(&self.rel, &ranges).await.map_err(to_df)?
+            txn.rows(&self.rel, &ranges, self.ctid)
+                .await
+                .map_err(to_df)?
         };
         self.shared
             .pairs_read
@@ -171,21 +172,9 @@ impl TableProvider for RockTable {
             columns.push(c.ty.to_array(&cells, &what).map_err(to_df)?);
         }
         if self.ctid {
-            let mut seen = HashSet::with_capacity(rows.len());
             let mut b = StringBuilder::with_capacity(rows.len(), rows.len() * 8);
             for r in &rows {
-                let t = self.rel.tuple_id(&r.key);
-                if !seen.insert(t) {
-                    return Err(to_df(SqlError::new(
-                        state::INTERNAL,
-                        format!(
-                            "two rows of {} share the tuple id {t}; refusing to answer ctid \
-                             rather than let a statement reach the wrong row",
-                            self.rel.qualified()
-                        ),
-                    )));
-                }
-                b.append_value(format!("({},{})", t >> 16, t & 0xFFFF));
+                b.append_value(RelDef::ctid_text(r.tuple.unwrap_or(0)));
             }
             columns.push(Arc::new(b.finish()));
         }

@@ -41,6 +41,9 @@ pub const KEY_COLUMN: &str = "__rocklake_key";
 /// `0x80` index type of primary-key entries.
 pub const INDEX_PRIMARY_KEY: u8 = 0x02;
 
+/// `0x80` index type of the tuple numbers of tagged tables' rows (`ctid`).
+pub const INDEX_TUPLE: u8 = 0x03;
+
 /// One declared column.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ColumnDef {
@@ -129,6 +132,8 @@ pub struct StoredRow {
     pub key: Bytes,
     /// Cells in the table's column order.
     pub cells: Vec<Value>,
+    /// The tuple number behind `ctid` (see [`RelDef::ctid_text`]), when read.
+    pub tuple: Option<u64>,
 }
 
 impl RelDef {
@@ -142,7 +147,10 @@ impl RelDef {
     ) -> Layout {
         let _ = schema;
         let find = |n: &str| columns.iter().position(|c| c.name == n);
-        if let Some(rest) = name.strip_prefix("ducklake_inlined_data_") {
+        if let Some(rest) = name
+            .strip_prefix("ducklake_inlined_data_")
+            .filter(|_| tags::by_name(name).is_none())
+        {
             let mut parts = rest.splitn(2, '_');
             let tid = parts.next().and_then(|p| p.parse::<u64>().ok());
             let ver = parts.next().and_then(|p| p.parse::<u64>().ok());
@@ -176,12 +184,16 @@ impl RelDef {
         }
         let mut slots = Vec::with_capacity(columns.len());
         for c in columns {
-            let slot = if info.versioned && c.name == "begin_snapshot" {
+            // A versioned table keeps its interval in the row envelope; so does a table the
+            // registry lists unversioned whose DuckLake columns still carry one (the tag
+            // tables).
+            let envelope = info.versioned || info.column_index(&c.name).is_none();
+            let slot = if envelope && c.name == "begin_snapshot" {
                 if c.ty != SqlType::BigInt {
                     return Layout::Rows;
                 }
                 Slot::Begin
-            } else if info.versioned && c.name == "end_snapshot" {
+            } else if envelope && c.name == "end_snapshot" {
                 if c.ty != SqlType::BigInt {
                     return Layout::Rows;
                 }
@@ -342,6 +354,7 @@ impl RelDef {
         cells: &[Value],
         old_key: Option<&[u8]>,
         issue: &mut dyn FnMut() -> Result<u64>,
+        tuple: u64,
     ) -> Result<(Vec<u8>, Vec<u8>)> {
         let key_int = |i: usize| -> Result<u64> {
             match &cells[i] {
@@ -374,6 +387,13 @@ impl RelDef {
                 let mut fields = Vec::with_capacity(key.len());
                 for (pos, part) in key.iter().enumerate() {
                     fields.push(match part {
+                        // A NULL key column whose value is also a cell (not the envelope's
+                        // begin_snapshot) is keyed 0; the cell keeps the NULL.
+                        KeyPart::Column(i)
+                            if cells[*i] == Value::Null && matches!(slots[*i], Slot::Cell(_)) =>
+                        {
+                            0
+                        }
                         KeyPart::Column(i) => key_int(*i)?,
                         KeyPart::Issued => match old_key {
                             Some(k) if k.len() > 8 * (pos + 1) => {
@@ -428,7 +448,7 @@ impl RelDef {
                     vec![
                         Value::Int(rid as i64),
                         Value::Int(*version as i64),
-                        Value::Bytes(Row::new(0, cells.to_vec()).encode_unchecked()),
+                        Value::Bytes(Row::new(tuple, cells.to_vec()).encode_unchecked()),
                     ],
                 );
                 row.end_snapshot = match &cells[*end] {
@@ -447,7 +467,7 @@ impl RelDef {
                     0,
                     vec![
                         Value::Int(rid as i64),
-                        Value::Bytes(Row::new(0, cells.to_vec()).encode_unchecked()),
+                        Value::Bytes(Row::new(tuple, cells.to_vec()).encode_unchecked()),
                     ],
                 );
                 Ok((key, row.encode_unchecked()))
@@ -466,14 +486,15 @@ impl RelDef {
 
     /// Decode a stored pair into SQL cells; `None` when the pair belongs to another relation
     /// sharing the key range (another schema version of an inlined table).
-    pub fn decode(&self, key: &[u8], value: &[u8]) -> Result<Option<Vec<Value>>> {
+    pub fn decode(&self, key: &[u8], value: &[u8]) -> Result<Option<(Vec<Value>, Option<u64>)>> {
         let row = Row::decode(key, value).map_err(SqlError::from)?;
-        let nested = |v: Option<&Value>| -> Result<Vec<Value>> {
+        let nested = |v: Option<&Value>| -> Result<(Vec<Value>, Option<u64>)> {
             match v {
                 Some(Value::Bytes(b)) => {
-                    let mut cells = Row::decode(key, b).map_err(SqlError::from)?.cells;
+                    let inner = Row::decode(key, b).map_err(SqlError::from)?;
+                    let mut cells = inner.cells;
                     cells.resize(self.columns.len(), Value::Null);
-                    Ok(cells)
+                    Ok((cells, Some(inner.begin_snapshot)))
                 }
                 _ => Err(SqlError::new(
                     state::DATA_CORRUPTED,
@@ -486,7 +507,7 @@ impl RelDef {
             }
         };
         match &self.layout {
-            Layout::Tagged { slots, .. } => Ok(Some(
+            Layout::Tagged { slots, .. } => Ok(Some((
                 slots
                     .iter()
                     .map(|s| match s {
@@ -498,7 +519,8 @@ impl RelDef {
                         Slot::Cell(i) => row.cells.get(*i).cloned().unwrap_or(Value::Null),
                     })
                     .collect(),
-            )),
+                None,
+            ))),
             Layout::Inlined { version, .. } => {
                 if row.cells.get(1) != Some(&Value::Int(*version as i64)) {
                     return Ok(None);
@@ -509,25 +531,32 @@ impl RelDef {
         }
     }
 
-    /// A stable tuple id for `ctid`, 48 bits: the id itself for single-id keys and issued row
-    /// ids, a hash of the key otherwise (a scan that meets two rows with one tuple id refuses
-    /// rather than let a `WHERE ctid IN (...)` reach both).
-    pub fn tuple_id(&self, key: &[u8]) -> u64 {
-        match &self.layout {
-            Layout::Tagged { key: parts, .. } if parts.len() == 1 && key.len() == 9 => {
-                u64::from_be_bytes(key[1..9].try_into().unwrap())
-            }
-            Layout::Rows if key.len() == 17 => u64::from_be_bytes(key[9..17].try_into().unwrap()),
-            _ => {
-                // FNV-1a, folded to 48 bits.
-                let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-                for b in key {
-                    h ^= u64::from(*b);
-                    h = h.wrapping_mul(0x0000_0100_0000_01b3);
-                }
-                (h ^ (h >> 48)) & keys_max()
-            }
-        }
+    /// `ctid` as PostgreSQL writes it, `(block,offset)`, from a tuple number: every row
+    /// version a table gets (each INSERT, and each UPDATE, as in PostgreSQL's heap) takes the
+    /// table's next number from 1, so a small table's tuples read `(0,1)`, `(0,2)`, ... like a
+    /// fresh PostgreSQL table's; the number is stored with the row and never changes.
+    pub fn ctid_text(tuple: u64) -> String {
+        format!("({},{})", tuple >> 16, tuple & 0xFFFF)
+    }
+
+    /// Where the tuple number of a tagged table's row is kept: `0x80 | 0x03 | relation_id |
+    /// row key`.
+    pub fn tuple_index_key(&self, row_key: &[u8]) -> Vec<u8> {
+        let mut k = self.tuple_index_prefix();
+        k.extend_from_slice(row_key);
+        k
+    }
+
+    /// The prefix of [`RelDef::tuple_index_key`]s.
+    pub fn tuple_index_prefix(&self) -> Vec<u8> {
+        let mut k = vec![tags::SECONDARY_INDEX.0, INDEX_TUPLE];
+        k.extend_from_slice(&self.id.to_be_bytes());
+        k
+    }
+
+    /// Whether the tuple number lives in the tuple index (tagged rows) rather than in the row.
+    pub fn tuples_indexed(&self) -> bool {
+        matches!(self.layout, Layout::Tagged { .. })
     }
 
     /// The `0x80` primary-key index key of a row, when the table has a primary key.

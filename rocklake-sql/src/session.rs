@@ -223,6 +223,9 @@ impl Session {
         let mut guard = self.shared.txn.lock().await;
         if guard.is_none() {
             let txn = self.db.begin().await?;
+            self.shared
+                .txn_start
+                .store((self.clock)(), Ordering::Release);
             *self
                 .shared
                 .catalog
@@ -847,14 +850,14 @@ async fn load(txn: &Txn, rel: &RelDef, key: Bytes) -> Result<StoredRow> {
             ),
         ));
     };
-    let cells = rel.decode(&key, &v)?.ok_or_else(|| {
+    let (cells, tuple) = rel.decode(&key, &v)?.ok_or_else(|| {
         SqlError::internal(format!(
             "{} is not a row of {}",
             rocklake_core::keys::render(&key),
             rel.qualified()
         ))
     })?;
-    Ok(StoredRow { key, cells })
+    Ok(StoredRow { key, cells, tuple })
 }
 
 fn key_column(b: &RecordBatch) -> Result<&BinaryArray> {

@@ -7,7 +7,7 @@
 //! that raced another lands whole or not at all, and says which (23505 for a duplicate key,
 //! 40001 for a concurrent update).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -102,12 +102,51 @@ impl Txn {
     }
 
     /// Every row of `rel` in the given key ranges (the whole table without them).
-    pub async fn rows(&self, rel: &RelDef, ranges: &[KeyRange]) -> Result<Vec<StoredRow>> {
+    ///
+    /// With `tuples`, every row carries its tuple number (`ctid`).
+    pub async fn rows(
+        &self,
+        rel: &RelDef,
+        ranges: &[KeyRange],
+        tuples: bool,
+    ) -> Result<Vec<StoredRow>> {
         let mut out = Vec::new();
         for r in ranges {
+            let mut indexed: HashMap<Bytes, u64> = HashMap::new();
+            if tuples && rel.tuples_indexed() {
+                let prefix = rel.tuple_index_prefix();
+                let plen = prefix.len();
+                for (k, v) in self.scan(&prefixed(&prefix, r)).await? {
+                    let n = <[u8; 8]>::try_from(v.as_ref()).map_err(|_| {
+                        SqlError::new(
+                            state::DATA_CORRUPTED,
+                            format!(
+                                "the tuple number under {} is not 8 bytes",
+                                rocklake_core::keys::hex(&k)
+                            ),
+                        )
+                    })?;
+                    indexed.insert(k.slice(plen..), u64::from_be_bytes(n));
+                }
+            }
             for (k, v) in self.scan(r).await? {
-                if let Some(cells) = rel.decode(&k, &v)? {
-                    out.push(StoredRow { key: k, cells });
+                if let Some((cells, tuple)) = rel.decode(&k, &v)? {
+                    let tuple = tuple.or_else(|| indexed.get(&k).copied());
+                    if tuples && tuple.is_none() {
+                        return Err(SqlError::new(
+                            state::DATA_CORRUPTED,
+                            format!(
+                                "the row {} of {} has no tuple number",
+                                rocklake_core::keys::render(&k),
+                                rel.qualified()
+                            ),
+                        ));
+                    }
+                    out.push(StoredRow {
+                        key: k,
+                        cells,
+                        tuple,
+                    });
                 }
             }
         }
@@ -185,7 +224,8 @@ impl Txn {
             self.check_pk_free(rel, pk, &cells).await?;
         }
         let fresh = self.fresh_id(rel, None).await?;
-        let (key, value) = rel.encode(&cells, None, &mut || fresh_or(fresh))?;
+        let tuple = self.db.next_tuple(rel).await?;
+        let (key, value) = rel.encode(&cells, None, &mut || fresh_or(fresh), tuple)?;
         let key = Bytes::from(key);
         if self.get(&key).await?.is_some() {
             return Err(SqlError::new(
@@ -200,10 +240,30 @@ impl Txn {
         }
         self.touch(&key).await?;
         self.writes.insert(key.clone(), Some(Bytes::from(value)));
+        self.put_tuple(rel, &key, tuple).await?;
         if let Some(pk) = pk {
             let pk = Bytes::from(pk);
             self.touch(&pk).await?;
             self.writes.insert(pk, Some(key));
+        }
+        Ok(())
+    }
+
+    async fn put_tuple(&mut self, rel: &RelDef, key: &[u8], tuple: u64) -> Result<()> {
+        if rel.tuples_indexed() {
+            let t = Bytes::from(rel.tuple_index_key(key));
+            self.touch(&t).await?;
+            self.writes
+                .insert(t, Some(Bytes::copy_from_slice(&tuple.to_be_bytes())));
+        }
+        Ok(())
+    }
+
+    async fn delete_tuple(&mut self, rel: &RelDef, key: &[u8]) -> Result<()> {
+        if rel.tuples_indexed() {
+            let t = Bytes::from(rel.tuple_index_key(key));
+            self.touch(&t).await?;
+            self.writes.insert(t, None);
         }
         Ok(())
     }
@@ -213,7 +273,9 @@ impl Txn {
         self.writable()?;
         rel.check_not_null(&cells)?;
         let fresh = self.fresh_id(rel, Some(&old.key)).await?;
-        let (key, value) = rel.encode(&cells, Some(&old.key), &mut || fresh_or(fresh))?;
+        // An UPDATE writes a new row version: a new tuple number, as PostgreSQL's heap does.
+        let tuple = self.db.next_tuple(rel).await?;
+        let (key, value) = rel.encode(&cells, Some(&old.key), &mut || fresh_or(fresh), tuple)?;
         let key = Bytes::from(key);
         let old_pk = rel.pk_index_key(&old.cells)?;
         let new_pk = rel.pk_index_key(&cells)?;
@@ -236,9 +298,11 @@ impl Txn {
             }
             self.touch(&old.key).await?;
             self.writes.insert(old.key.clone(), None);
+            self.delete_tuple(rel, &old.key).await?;
         }
         self.touch(&key).await?;
         self.writes.insert(key.clone(), Some(Bytes::from(value)));
+        self.put_tuple(rel, &key, tuple).await?;
         if new_pk != old_pk || key != old.key {
             if let Some(pk) = old_pk {
                 let pk = Bytes::from(pk);
@@ -259,6 +323,7 @@ impl Txn {
         self.writable()?;
         self.touch(&old.key).await?;
         self.writes.insert(old.key.clone(), None);
+        self.delete_tuple(rel, &old.key).await?;
         if let Some(pk) = rel.pk_index_key(&old.cells)? {
             let pk = Bytes::from(pk);
             self.touch(&pk).await?;
@@ -271,7 +336,11 @@ impl Txn {
     pub async fn delete_all(&mut self, rel: &RelDef) -> Result<usize> {
         self.writable()?;
         let mut n = 0;
-        for range in [rel.full_range(), KeyRange::prefix(&rel.pk_index_prefix())] {
+        for range in [
+            rel.full_range(),
+            KeyRange::prefix(&rel.pk_index_prefix()),
+            KeyRange::prefix(&rel.tuple_index_prefix()),
+        ] {
             for (k, v) in self.scan(&range).await? {
                 // Another schema version of an inlined table shares the range: keep its rows.
                 if range.start == rel.full_range().start && rel.decode(&k, &v)?.is_none() {
@@ -346,6 +415,24 @@ impl Txn {
                  committed"
             ),
         )
+    }
+}
+
+/// `range` with every bound behind `prefix`.
+fn prefixed(prefix: &[u8], range: &KeyRange) -> KeyRange {
+    use std::ops::Bound;
+    let with = |k: &Bytes| Bytes::from([prefix, k.as_ref()].concat());
+    KeyRange {
+        start: match &range.start {
+            Bound::Included(k) => Bound::Included(with(k)),
+            Bound::Excluded(k) => Bound::Excluded(with(k)),
+            Bound::Unbounded => Bound::Included(Bytes::copy_from_slice(prefix)),
+        },
+        end: match &range.end {
+            Bound::Included(k) => Bound::Included(with(k)),
+            Bound::Excluded(k) => Bound::Excluded(with(k)),
+            Bound::Unbounded => KeyRange::prefix(prefix).end,
+        },
     }
 }
 

@@ -13,5 +13,6 @@ pub(crate) mod inspect;
 pub(crate) mod purge;
 pub(crate) mod retain_from;
 pub(crate) mod scan;
+pub(crate) mod sql;
 pub(crate) mod tags;
 pub(crate) mod verify;
