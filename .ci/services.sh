@@ -26,3 +26,26 @@ PY
   sleep 0.2
 done
 export ROCKLAKE_TEST_S3_URL="s3://rocklake-test/run-$$"
+
+# PostgreSQL 15 from Debian's packages, on loopback in a data folder of its own, for the tests
+# that hold RockLake's answers to PostgreSQL's (ROCKLAKE_TEST_PG).
+pg_bin=/usr/lib/postgresql/15/bin
+if [ ! -x "$pg_bin/postgres" ]; then
+  step "installing postgresql-15"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+fi
+pg_data=$(mktemp -d "${TMPDIR:-/tmp}/rocklake-pg.XXXXXX")
+chown postgres "$pg_data"
+pg_port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+step "starting PostgreSQL 15 on 127.0.0.1:$pg_port"
+runuser -u postgres -- "$pg_bin/initdb" -D "$pg_data/db" -A trust -U postgres -E UTF8 --locale=C.UTF-8 >"$pg_data/initdb.log" 2>&1
+runuser -u postgres -- "$pg_bin/pg_ctl" -D "$pg_data/db" -l "$pg_data/server.log" -w \
+  -o "-h 127.0.0.1 -p $pg_port -k $pg_data -c fsync=off" start >/dev/null  # a reference for answers, not for durability
+stop_services() {
+  kill "$moto_pid" 2>/dev/null || true
+  runuser -u postgres -- "$pg_bin/pg_ctl" -D "$pg_data/db" -m fast stop >/dev/null 2>&1 || true
+  rm -rf "$pg_data"
+}
+trap stop_services EXIT
+export ROCKLAKE_TEST_PG="host=127.0.0.1 port=$pg_port user=postgres dbname=postgres"

@@ -342,6 +342,26 @@ impl SqlType {
         if array.data_type() == &target {
             return Ok(array.clone());
         }
+        // Text into bytea reads PostgreSQL's bytea input forms (`\x` hex, or escapes).
+        if *self == SqlType::Bytea {
+            if let Ok(text) = cast(array, &DataType::Utf8) {
+                if let Some(text) = text.as_any().downcast_ref::<StringArray>() {
+                    let mut b = BinaryBuilder::with_capacity(text.len(), text.len() * 8);
+                    for v in text.iter() {
+                        match v {
+                            None => b.append_null(),
+                            Some(s) => b.append_value(parse_bytea(s).map_err(|m| {
+                                SqlError::new(
+                                    state::INVALID_TEXT,
+                                    format!("invalid input syntax for type bytea (column \"{column}\"): {m}"),
+                                )
+                            })?),
+                        }
+                    }
+                    return Ok(Arc::new(b.finish()));
+                }
+            }
+        }
         let safe = datafusion::arrow::compute::CastOptions {
             safe: false,
             ..Default::default()
@@ -365,6 +385,49 @@ impl SqlType {
             )
         })
     }
+}
+
+/// PostgreSQL's bytea input: `\x` followed by hex digit pairs, or the escape form, where
+/// `\\` is a backslash and `\nnn` an octal byte.
+pub fn parse_bytea(s: &str) -> std::result::Result<Vec<u8>, String> {
+    if let Some(hex) = s.strip_prefix("\\x").or_else(|| s.strip_prefix("\\X")) {
+        let digits: Vec<u8> = hex.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+        if !digits.len().is_multiple_of(2) {
+            return Err(format!("odd number of hex digits in {s:?}"));
+        }
+        return digits
+            .chunks(2)
+            .map(|p| {
+                std::str::from_utf8(p)
+                    .ok()
+                    .and_then(|t| u8::from_str_radix(t, 16).ok())
+                    .ok_or_else(|| format!("invalid hexadecimal digit in {s:?}"))
+            })
+            .collect();
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+        } else if b.get(i + 1) == Some(&b'\\') {
+            out.push(b'\\');
+            i += 2;
+        } else if i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = u32::from(b[i + 1] - b'0') * 64
+                + u32::from(b[i + 2] - b'0') * 8
+                + u32::from(b[i + 3] - b'0');
+            out.push(u8::try_from(v).map_err(|_| format!("octal escape out of range in {s:?}"))?);
+            i += 4;
+        } else {
+            return Err(format!(
+                "a backslash must be followed by a backslash or three octal digits in {s:?}"
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Shortest text that parses back to exactly `v` (`NaN`, `Infinity`, `-Infinity` as PostgreSQL
@@ -408,6 +471,100 @@ pub fn canonical_uuid(s: &str) -> Result<String> {
         &h[16..20],
         &h[20..32]
     ))
+}
+
+/// PostgreSQL's text form of one value of an Arrow array (`None` for NULL): integers and
+/// decimals as written, booleans `t`/`f`, floats in PostgreSQL's shortest form (`1e+20`,
+/// `NaN`, `Infinity`), `bytea` as `\x` and hex, timestamps `2026-11-29 23:21:17.336452+00`
+/// (the session's time zone is UTC), dates and times in ISO form. What a client reading text
+/// results sees, so that results can be held to PostgreSQL's.
+pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::{
+        Float32Type, Float64Type, TimestampMicrosecondType, TimestampMillisecondType,
+        TimestampNanosecondType, TimestampSecondType,
+    };
+    if array.is_null(row) || array.data_type() == &DataType::Null {
+        return None;
+    }
+    let ts = |micros: i64, tz: bool| -> String {
+        let secs = micros.div_euclid(1_000_000);
+        let frac = micros.rem_euclid(1_000_000);
+        let dt = chrono::DateTime::from_timestamp(secs, 0)
+            .map(|d| d.naive_utc())
+            .unwrap_or_default();
+        let mut s = dt.format("%Y-%m-%d %H:%M:%S").to_string();
+        if frac != 0 {
+            let f = format!("{frac:06}");
+            s.push('.');
+            s.push_str(f.trim_end_matches('0'));
+        }
+        if tz {
+            s.push_str("+00");
+        }
+        s
+    };
+    Some(match array.data_type() {
+        DataType::Boolean => if array.as_boolean().value(row) {
+            "t"
+        } else {
+            "f"
+        }
+        .to_string(),
+        DataType::Float64 => pg_float(array.as_primitive::<Float64Type>().value(row)),
+        DataType::Float32 => pg_float(f64::from(array.as_primitive::<Float32Type>().value(row))),
+        DataType::Binary => {
+            let b = array.as_binary::<i32>().value(row);
+            let mut s = String::with_capacity(2 + 2 * b.len());
+            s.push_str("\\x");
+            for x in b {
+                s.push_str(&format!("{x:02x}"));
+            }
+            s
+        }
+        DataType::Timestamp(unit, tz) => {
+            let micros = match unit {
+                TimeUnit::Second => {
+                    array.as_primitive::<TimestampSecondType>().value(row) * 1_000_000
+                }
+                TimeUnit::Millisecond => {
+                    array.as_primitive::<TimestampMillisecondType>().value(row) * 1_000
+                }
+                TimeUnit::Microsecond => {
+                    array.as_primitive::<TimestampMicrosecondType>().value(row)
+                }
+                TimeUnit::Nanosecond => array
+                    .as_primitive::<TimestampNanosecondType>()
+                    .value(row)
+                    .div_euclid(1_000),
+            };
+            ts(micros, tz.is_some())
+        }
+        _ => {
+            let opts = datafusion::arrow::util::display::FormatOptions::default();
+            match datafusion::arrow::util::display::ArrayFormatter::try_new(array, &opts) {
+                Ok(f) => f.value(row).to_string(),
+                Err(e) => format!("<{e}>"),
+            }
+        }
+    })
+}
+
+/// A float as PostgreSQL 15 prints it: the shortest text that reads back exactly, in
+/// exponent form below 1e-4 and from 1e15 (`1e+20`, `1.5e-07`).
+fn pg_float(v: f64) -> String {
+    if v.is_nan() || v.is_infinite() || v == 0.0 {
+        return float_text(v);
+    }
+    let e = format!("{v:e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..15).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.abs())
+    } else {
+        v.to_string()
+    }
 }
 
 #[cfg(test)]
@@ -479,6 +636,45 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, state::DATA_CORRUPTED);
         assert!(e.message.contains("ducklake_snapshot.snapshot_id"), "{e}");
+    }
+
+    #[test]
+    fn bytea_reads_postgresql_input_forms_and_refuses_bad_ones() {
+        assert_eq!(parse_bytea("\\x7b22").unwrap(), b"{\"");
+        assert_eq!(parse_bytea("a\\\\b\\101").unwrap(), b"a\\bA");
+        assert!(parse_bytea("\\x7").unwrap_err().contains("odd"));
+        assert!(parse_bytea("\\xzz").unwrap_err().contains("hexadecimal"));
+        assert!(parse_bytea("a\\9").unwrap_err().contains("backslash"));
+        let a: ArrayRef = Arc::new(StringArray::from(vec![Some("\\x00ff"), None]));
+        let b = SqlType::Bytea.coerce(&a, "c").unwrap();
+        assert_eq!(
+            SqlType::Bytea.cell(b.as_ref(), 0).unwrap(),
+            Value::Bytes(vec![0, 255])
+        );
+        assert_eq!(pg_text(b.as_ref(), 0).as_deref(), Some("\\x00ff"));
+    }
+
+    #[test]
+    fn text_forms_are_postgresql_s() {
+        let f: ArrayRef = Arc::new(Float64Array::from(vec![0.1, 1e20, 1.5e-7, f64::NAN, 2.0]));
+        let got: Vec<_> = (0..5).map(|i| pg_text(f.as_ref(), i).unwrap()).collect();
+        assert_eq!(got, ["0.1", "1e+20", "1.5e-07", "NaN", "2"]);
+        let t = SqlType::TimestampTz
+            .to_array(
+                &[&Value::Int(1_795_994_477_336_452), &Value::Int(0)],
+                &|| "t".into(),
+            )
+            .unwrap();
+        assert_eq!(
+            pg_text(t.as_ref(), 0).unwrap(),
+            "2026-11-29 23:21:17.336452+00"
+        );
+        assert_eq!(pg_text(t.as_ref(), 1).unwrap(), "1970-01-01 00:00:00+00");
+        let b = SqlType::Boolean
+            .to_array(&[&Value::Bool(true), &Value::Null], &|| "b".into())
+            .unwrap();
+        assert_eq!(pg_text(b.as_ref(), 0).as_deref(), Some("t"));
+        assert_eq!(pg_text(b.as_ref(), 1), None);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod trace;
+
 use std::sync::Arc;
 
 use rocklake_core::Keyspace;
