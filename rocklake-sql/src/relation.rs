@@ -711,6 +711,32 @@ fn collect_constraints(e: &Expr, columns: &[ColumnDef], cons: &mut BTreeMap<usiz
             collect_constraints(&b.left, columns, cons);
             collect_constraints(&b.right, columns, cons);
         }
+        Expr::BinaryExpr(b) if b.op == Operator::Or => {
+            // `a = 1 OR a = 2` (what DataFusion makes of a short IN list): the union of the
+            // two sides' value sets, when both sides constrain the same one column to values.
+            let (mut l, mut r) = (BTreeMap::new(), BTreeMap::new());
+            collect_constraints(&b.left, columns, &mut l);
+            collect_constraints(&b.right, columns, &mut r);
+            if l.len() == 1 && r.len() == 1 {
+                let (lc, lv) = l.pop_first().unwrap();
+                let (rc, rv) = r.pop_first().unwrap();
+                if lc == rc {
+                    let union = match (lv, rv) {
+                        (Constraint::Empty, other) | (other, Constraint::Empty) => Some(other),
+                        (Constraint::Eq(mut a), Constraint::Eq(b)) => {
+                            a.extend(b);
+                            a.sort_unstable();
+                            a.dedup();
+                            Some(Constraint::Eq(a))
+                        }
+                        _ => None,
+                    };
+                    if let Some(c) = union {
+                        merge(cons, lc, c);
+                    }
+                }
+            }
+        }
         Expr::BinaryExpr(b) => {
             let (col, op, v) = match (column_of(&b.left, columns), literal_i64(&b.right)) {
                 (Some(c), Some(v)) => (c, b.op, v),
