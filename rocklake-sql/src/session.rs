@@ -827,11 +827,31 @@ impl Session {
     }
 }
 
-/// Remove a table: its rows, its primary-key entries and its definition.
+/// Remove a table: its rows, its primary-key and tuple entries and its definition, and write
+/// an audit entry under `0x81` (as PURGE does), in the same transaction. Its keys are free
+/// again: a table created later under the same name starts empty.
 async fn drop_table(txn: &mut Txn, rel: &RelDef) -> Result<()> {
     let n = txn.delete_all(rel).await?;
     txn.delete_raw(Bytes::from(row_key(tags::RELATION, &[rel.id])))
         .await?;
+    let ks = txn.db().keyspace().clone();
+    let snapshot = ks.current_snapshot().await?;
+    let sequence = ks.issue_id(&rocklake_core::keystone::AUDIT).await?;
+    let entry = rocklake_core::values::AuditEntry {
+        action: "drop-table".into(),
+        space: rel.qualified(),
+        first_id: rel.id,
+        last_id: rel.id,
+        freed: Vec::new(),
+        writer_epoch: ks.epoch().unwrap_or(0),
+        at_micros: ks.now_micros(),
+        actor: format!("sql ({n} keys removed)"),
+    };
+    txn.put_raw(
+        Bytes::from(row_key(tags::AUDIT_ENTRY, &[snapshot, sequence])),
+        Bytes::from(prost::Message::encode_to_vec(&entry)),
+    )
+    .await?;
     Arc::make_mut(&mut txn.catalog)
         .tables
         .remove(&(rel.schema.clone(), rel.name.clone()));

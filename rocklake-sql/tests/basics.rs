@@ -206,3 +206,72 @@ async fn key_filters_read_only_their_key_ranges() {
         db.close().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_table_frees_its_keys_and_is_audited_and_a_new_catalog_starts_clean() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        q(&mut s, "CREATE TABLE ducklake_snapshot (snapshot_id BIGINT PRIMARY KEY, snapshot_time TIMESTAMP WITH TIME ZONE, schema_version BIGINT, next_catalog_id BIGINT, next_file_id BIGINT)").await;
+        q(
+            &mut s,
+            "INSERT INTO ducklake_snapshot VALUES (0, NOW(), 0, 1, 0), (1, NOW(), 1, 2, 0)",
+        )
+        .await;
+        // DROP inside a block that rolls back changes nothing.
+        q(&mut s, "BEGIN; DROP TABLE ducklake_snapshot").await;
+        q(&mut s, "ROLLBACK").await;
+        assert_eq!(
+            q(&mut s, "SELECT count(*) FROM ducklake_snapshot").await,
+            ["2"]
+        );
+        // DuckLake's test setup: drop the schema with everything in it, then start again.
+        let (code, _) = err(&mut s, "DROP SCHEMA public").await;
+        assert_eq!(code, "2BP01");
+        q(&mut s, "DROP SCHEMA public CASCADE; CREATE SCHEMA public").await;
+        q(&mut s, "CREATE TABLE ducklake_snapshot (snapshot_id BIGINT PRIMARY KEY, snapshot_time TIMESTAMP WITH TIME ZONE, schema_version BIGINT, next_catalog_id BIGINT, next_file_id BIGINT)").await;
+        assert_eq!(
+            q(&mut s, "SELECT count(*) FROM ducklake_snapshot").await,
+            ["0"],
+            "{}",
+            store.name
+        );
+        // The same snapshot ids are free again.
+        q(
+            &mut s,
+            "INSERT INTO ducklake_snapshot VALUES (0, NOW(), 0, 1, 0)",
+        )
+        .await;
+        // Nothing of the dropped table is left but its audit entry.
+        let view = db.keyspace().backend().view().await.unwrap();
+        let audit = view
+            .scan(
+                &rocklake_core::backend::KeyRange::prefix(&[0x81]),
+                rocklake_core::backend::Order::Ascending,
+                100,
+            )
+            .await
+            .unwrap();
+        assert_eq!(audit.len(), 1, "{}: one DROP TABLE was audited", store.name);
+        let snapshots = view
+            .scan(
+                &rocklake_core::backend::KeyRange::prefix(&[0x02]),
+                rocklake_core::backend::Order::Ascending,
+                100,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            snapshots.len(),
+            1,
+            "{}: only the new table's row is under 0x02",
+            store.name
+        );
+        let report = rocklake_core::verify::verify(view.as_ref(), |_, _| {})
+            .await
+            .unwrap();
+        assert!(report.is_clean(), "{}: {:?}", store.name, report.findings);
+        drop(view);
+        db.close().await.unwrap();
+    }
+}
