@@ -23,6 +23,7 @@ use serde::Serialize;
 mod harness;
 pub mod raw;
 mod report;
+pub mod sql;
 pub mod sqlite;
 mod workloads;
 
@@ -41,6 +42,7 @@ pub const GROUPS: &[&str] = &[
     "mvcc",
     "catalog",
     "group-commit",
+    "sql",
 ];
 
 /// Run every workload of the chosen `groups` (all when empty) on every subject. `progress` is
@@ -61,7 +63,23 @@ pub async fn run(
         progress("codec");
         out.extend(codec(budget));
     }
+    if want("sql") {
+        progress("sql: SQLite");
+        out.extend(sql::sqlite(dir.path(), budget, sql::FILES).await?);
+        progress("sql: PostgreSQL (ROCKLAKE_BENCH_PG)");
+        if let Some(rows) = sql::postgres(budget, sql::FILES).await? {
+            out.extend(rows);
+        }
+    }
     for s in subjects {
+        if want("sql") {
+            progress(&format!(
+                "{}: DuckLake commit and file listing through SQL",
+                s.name
+            ));
+            let (backend, _) = (s.open)(&dir.path().join(format!("{}-sql", s.name))).await?;
+            out.extend(sql::rocklake(&s.name, backend, budget, sql::FILES).await?);
+        }
         if want("point") || want("scan") || want("batch") {
             progress(&format!("{}: point, scan, batch", s.name));
             let (backend, raw) = (s.open)(&dir.path().join(format!("{}-kv", s.name))).await?;
