@@ -378,10 +378,42 @@ impl Txn {
                 Ok(())
             }
             Err(CoreError::ConditionFailed { raw_key, key }) => {
+                // Which precondition an engine reports first is its own business: a primary
+                // key another commit took meanwhile is the answer that matters (23505), even
+                // when the row's own key was checked first.
+                if let Some(e) = self.taken_primary_key().await? {
+                    return Err(e);
+                }
                 Err(self.explain_conflict(&raw_key, &key))
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The first primary-key entry this transaction adds that the store now holds.
+    async fn taken_primary_key(&self) -> Result<Option<SqlError>> {
+        let store = self.db.keyspace().backend();
+        for (k, expected) in &self.conds {
+            let pk = k.len() >= 10
+                && k[0] == rocklake_core::tags::SECONDARY_INDEX.0
+                && k[1] == INDEX_PRIMARY_KEY;
+            if !pk || expected.is_some() || !matches!(self.writes.get(k), Some(Some(_))) {
+                continue;
+            }
+            if store.get(k).await?.is_some() {
+                let id = u64::from_be_bytes(k[2..10].try_into().unwrap());
+                let name = self
+                    .catalog
+                    .by_id(id)
+                    .map(|r| r.pkey_name())
+                    .unwrap_or_else(|| format!("relation {id}'s primary key"));
+                return Ok(Some(SqlError::new(
+                    state::UNIQUE_VIOLATION,
+                    format!("duplicate key value violates unique constraint \"{name}\""),
+                )));
+            }
+        }
+        Ok(None)
     }
 
     fn explain_conflict(&self, raw_key: &[u8], rendered: &str) -> SqlError {

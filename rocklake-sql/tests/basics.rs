@@ -275,3 +275,71 @@ async fn drop_table_frees_its_keys_and_is_audited_and_a_new_catalog_starts_clean
         db.close().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_writers_under_load_each_snapshot_id_is_won_once() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        q(&mut s, "CREATE TABLE ducklake_snapshot (snapshot_id BIGINT PRIMARY KEY, snapshot_time TIMESTAMP WITH TIME ZONE, schema_version BIGINT, next_catalog_id BIGINT, next_file_id BIGINT)").await;
+        q(&mut s, "CREATE TABLE ducklake_snapshot_changes (snapshot_id BIGINT PRIMARY KEY, changes_made VARCHAR, author VARCHAR, commit_message VARCHAR, commit_extra_info VARCHAR)").await;
+        q(
+            &mut s,
+            "INSERT INTO ducklake_snapshot VALUES (0, NOW(), 0, 1, 0)",
+        )
+        .await;
+        // Eight writers, as DuckLake's: read the latest snapshot, commit the next one, and on
+        // 23505 read again and retry.
+        let mut tasks = Vec::new();
+        for w in 0..8 {
+            let db = db.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut s = Session::new(db);
+                let (mut won, mut lost) = (0u32, 0u32);
+                while won < 10 {
+                    let latest = s.run("SELECT max(snapshot_id) FROM ducklake_snapshot").await.unwrap();
+                    let next: i64 = common::lines(&latest)[0].parse::<i64>().unwrap() + 1;
+                    let text = format!(
+                        "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ; \
+                         INSERT INTO ducklake_snapshot VALUES ({next}, NOW(), 0, 1, 0); \
+                         INSERT INTO ducklake_snapshot_changes VALUES ({next}, 'w{w}', NULL, NULL, NULL)"
+                    );
+                    let began = s.execute(&text).await;
+                    let refused = began.iter().any(|r| matches!(r, Err(e) if e.code == "23505"));
+                    let committed = if refused {
+                        s.run("ROLLBACK").await.unwrap();
+                        false
+                    } else {
+                        match s.run("COMMIT").await {
+                            Ok(_) => true,
+                            Err(e) if e.code == "23505" => false,
+                            Err(e) => panic!("writer {w}: {e}"),
+                        }
+                    };
+                    if committed { won += 1 } else { lost += 1 }
+                }
+                (won, lost)
+            }));
+        }
+        let (mut won, mut lost) = (0, 0);
+        for t in tasks {
+            let (w, l) = t.await.unwrap();
+            won += w;
+            lost += l;
+        }
+        assert_eq!(won, 80);
+        // Every won commit is there whole, each id exactly once, with no gap.
+        assert_eq!(q(&mut s, "SELECT count(*), count(DISTINCT snapshot_id), max(snapshot_id) FROM ducklake_snapshot").await, ["81|81|80"], "{}", store.name);
+        assert_eq!(
+            q(&mut s, "SELECT count(*) FROM ducklake_snapshot s JOIN ducklake_snapshot_changes c ON s.snapshot_id = c.snapshot_id").await,
+            ["80"],
+            "{}: each snapshot row has its changes row",
+            store.name
+        );
+        println!(
+            "{}: 8 writers, 80 snapshots committed, {lost} commits refused 23505 and retried",
+            store.name
+        );
+        db.close().await.unwrap();
+    }
+}
