@@ -40,6 +40,7 @@ use crate::error::{state, Result, SqlError};
 use crate::provider::{RockCatalog, Shared};
 use crate::relation::{RelDef, StoredRow, KEY_COLUMN};
 use crate::txn::Txn;
+use crate::types::SqlType;
 
 /// What one statement produced.
 #[derive(Debug)]
@@ -60,6 +61,13 @@ pub enum Output {
     },
     /// A command's completion tag, as PostgreSQL writes it (`INSERT 0 3`, `UPDATE 1`, `BEGIN`).
     Command(String),
+    /// `COPY table [(columns)] FROM STDIN`: the caller now sends the rows with
+    /// [`Session::copy_in`] (or gives up with [`Session::copy_fail`]); the text's later
+    /// statements, if any, did not run.
+    CopyIn {
+        /// The columns the rows carry, in order, with their types.
+        columns: Vec<(String, SqlType)>,
+    },
 }
 
 impl Output {
@@ -69,7 +77,7 @@ impl Output {
             Output::Rows { batches, .. } | Output::CopyOut { batches, .. } => {
                 batches.iter().map(|b| b.num_rows()).sum()
             }
-            Output::Command(_) => 0,
+            Output::Command(_) | Output::CopyIn { .. } => 0,
         }
     }
 
@@ -79,6 +87,7 @@ impl Output {
             Output::Rows { .. } => format!("SELECT {}", self.row_count()),
             Output::CopyOut { .. } => format!("COPY {}", self.row_count()),
             Output::Command(t) => t.clone(),
+            Output::CopyIn { .. } => "COPY".into(),
         }
     }
 }
@@ -101,6 +110,9 @@ pub struct Session {
     ctx: SessionContext,
     status: Status,
     clock: Clock,
+    /// The table and columns of a `COPY ... FROM STDIN` waiting for its rows, and whether it
+    /// runs in the text's implicit transaction.
+    copy: Option<(Arc<RelDef>, Vec<usize>, bool)>,
 }
 
 /// Where a session reads the time from (µs since 1970).
@@ -156,6 +168,7 @@ impl Session {
             ctx,
             status: Status::Idle,
             clock: Arc::new(move || ks.keyspace().now_micros()),
+            copy: None,
         }
     }
 
@@ -187,8 +200,20 @@ impl Session {
         let implicit = self.status == Status::Idle;
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
+            if self.copy.is_some() {
+                out.push(Err(SqlError::unsupported(
+                    "statements after COPY ... FROM STDIN in the same text are not run",
+                )));
+                return out;
+            }
             let r = self.statement(stmt).await;
             match r {
+                Ok(o @ Output::CopyIn { .. }) => {
+                    if let Some(c) = self.copy.as_mut() {
+                        c.2 = implicit && self.status == Status::Idle;
+                    }
+                    out.push(Ok(o));
+                }
                 Ok(o) => out.push(Ok(o)),
                 Err(e) => {
                     match self.status {
@@ -201,12 +226,77 @@ impl Session {
                 }
             }
         }
-        if implicit && self.status == Status::Idle {
+        if implicit && self.status == Status::Idle && self.copy.is_none() {
             if let Err(e) = self.commit_txn().await {
                 out.push(Err(e));
             }
         }
         out
+    }
+
+    /// The rows of the `COPY ... FROM STDIN` the last text started: cells in its columns'
+    /// order, of their types (integers, timestamps as µs and dates as days as `Int`; text,
+    /// uuid, floats and decimals as `Text`; `Bool`; bytea as `Bytes`). Answers `COPY n`; outside
+    /// a block the rows are committed before it returns. A bad row refuses the whole COPY.
+    pub async fn copy_in(&mut self, rows: Vec<Vec<Value>>) -> Result<Output> {
+        let Some((rel, targets, implicit)) = self.copy.take() else {
+            return Err(SqlError::new(
+                "08P01",
+                "no COPY ... FROM STDIN is waiting for rows",
+            ));
+        };
+        let n = rows.len();
+        let r = self
+            .with_txn(async |txn| {
+                for (i, row) in rows.into_iter().enumerate() {
+                    if row.len() != targets.len() {
+                        return Err(SqlError::new(
+                            "22P04",
+                            format!(
+                                "COPY row {} has {} values, the COPY names {} columns",
+                                i + 1,
+                                row.len(),
+                                targets.len()
+                            ),
+                        ));
+                    }
+                    let mut cells = vec![Value::Null; rel.columns.len()];
+                    for (v, t) in row.into_iter().zip(&targets) {
+                        cells[*t] = v;
+                    }
+                    txn.insert(&rel, cells).await?;
+                }
+                Ok(())
+            })
+            .await;
+        let r = match r {
+            Ok(()) if implicit => self.commit_txn().await,
+            other => other,
+        };
+        match r {
+            Ok(()) => Ok(Output::Command(format!("COPY {n}"))),
+            Err(e) => {
+                if implicit {
+                    self.drop_txn().await;
+                } else {
+                    self.status = Status::Failed;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Give up a waiting `COPY ... FROM STDIN` (the client sent CopyFail): nothing of it lands,
+    /// and a block it ran in is aborted, as in PostgreSQL.
+    pub async fn copy_fail(&mut self, why: &str) -> SqlError {
+        if let Some((_, _, implicit)) = self.copy.take() {
+            if implicit {
+                self.drop_txn().await;
+            } else {
+                self.status = Status::Failed;
+            }
+        }
+        SqlError::new("57014", format!("COPY from stdin failed: {why}"))
     }
 
     /// Run `sql` and return its last result, failing on the first error (for tests and the
@@ -350,6 +440,44 @@ impl Session {
                 self.ensure_txn().await?;
                 let (schema, batches) = self.query(*q).await?;
                 Ok(Output::CopyOut { schema, batches })
+            }
+            Statement::Copy {
+                source:
+                    CopySource::Table {
+                        table_name,
+                        columns,
+                    },
+                to: false,
+                target: CopyTarget::Stdin,
+                ..
+            } => {
+                self.ensure_txn().await?;
+                let rel = self.table(&table_name)?;
+                let targets: Vec<usize> = if columns.is_empty() {
+                    (0..rel.columns.len()).collect()
+                } else {
+                    columns
+                        .iter()
+                        .map(|c| {
+                            let n = fold(c);
+                            rel.columns.iter().position(|d| d.name == n).ok_or_else(|| {
+                                SqlError::new(
+                                    state::UNDEFINED_COLUMN,
+                                    format!(
+                                        "column \"{n}\" of relation \"{}\" does not exist",
+                                        rel.name
+                                    ),
+                                )
+                            })
+                        })
+                        .collect::<Result<_>>()?
+                };
+                let cols = targets
+                    .iter()
+                    .map(|i| (rel.columns[*i].name.clone(), rel.columns[*i].ty))
+                    .collect();
+                self.copy = Some((rel, targets, false));
+                Ok(Output::CopyIn { columns: cols })
             }
             other => Err(SqlError::unsupported(format!(
                 "RockLake's SQL layer does not run this statement: {}",

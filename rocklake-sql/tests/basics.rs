@@ -343,3 +343,90 @@ async fn racing_writers_under_load_each_snapshot_id_is_won_once() {
         db.close().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_takes_typed_rows_whole_or_not_at_all() {
+    use rocklake_core::values::Value;
+    use rocklake_sql::Output;
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        q(&mut s, "CREATE TABLE ducklake_metadata (key VARCHAR NOT NULL, value VARCHAR NOT NULL, scope VARCHAR, scope_id BIGINT)").await;
+        let out = s.run("COPY \"public\".\"ducklake_metadata\" (\"key\", \"value\") FROM STDIN (FORMAT BINARY)").await.unwrap();
+        let Output::CopyIn { columns } = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(
+            columns.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+            ["key", "value"]
+        );
+        let out = s
+            .copy_in(vec![
+                vec![Value::Text("version".into()), Value::Text("1.0".into())],
+                vec![Value::Text("encrypted".into()), Value::Text("false".into())],
+            ])
+            .await
+            .unwrap();
+        assert_eq!(out.tag(), "COPY 2");
+        assert_eq!(
+            q(
+                &mut s,
+                "SELECT key, value, scope FROM ducklake_metadata ORDER BY key"
+            )
+            .await,
+            ["encrypted|false|NULL", "version|1.0|NULL"]
+        );
+        // A bad row refuses the whole COPY; a NULL in a NOT NULL column too.
+        s.run("COPY ducklake_metadata FROM STDIN").await.unwrap();
+        let e = s
+            .copy_in(vec![
+                vec![
+                    Value::Text("a".into()),
+                    Value::Text("b".into()),
+                    Value::Null,
+                    Value::Null,
+                ],
+                vec![Value::Text("short".into())],
+            ])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "22P04", "{e}");
+        s.run("COPY ducklake_metadata FROM STDIN").await.unwrap();
+        let e = s
+            .copy_in(vec![vec![
+                Value::Text("k".into()),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ]])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "23502", "{e}");
+        // Inside a block, a failed COPY aborts the block.
+        q(&mut s, "BEGIN").await;
+        s.run("COPY ducklake_metadata FROM STDIN").await.unwrap();
+        let e = s.copy_fail("client gave up").await;
+        assert_eq!(e.code, "57014");
+        assert_eq!(s.status(), rocklake_sql::Status::Failed);
+        q(&mut s, "ROLLBACK").await;
+        assert_eq!(
+            q(&mut s, "SELECT count(*) FROM ducklake_metadata").await,
+            ["2"],
+            "{}",
+            store.name
+        );
+        // Rows need a COPY waiting for them.
+        s.run("COPY ducklake_metadata (key, value) FROM STDIN")
+            .await
+            .unwrap();
+        s.copy_in(vec![vec![Value::Text("x".into()), Value::Text("y".into())]])
+            .await
+            .unwrap();
+        assert_eq!(s.copy_in(vec![]).await.unwrap_err().code, "08P01");
+        assert_eq!(
+            q(&mut s, "SELECT count(*) FROM ducklake_metadata").await,
+            ["3"]
+        );
+        db.close().await.unwrap();
+    }
+}

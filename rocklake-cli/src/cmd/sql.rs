@@ -48,6 +48,13 @@ fn to_core(e: SqlError) -> Error {
 /// Run one text; print every result and the first error. `false` when a statement failed.
 async fn execute(session: &mut Session, text: &str, json: bool) -> bool {
     for r in session.execute(text).await {
+        let r = match r {
+            // The shell has no rows to send: say so, and end the COPY as a client would.
+            Ok(Output::CopyIn { .. }) => Err(session
+                .copy_fail("rocklake sql does not read COPY data; use INSERT")
+                .await),
+            other => other,
+        };
         match r {
             Ok(out) => print_output(&out, json),
             Err(e) => {
@@ -148,6 +155,7 @@ fn print_output(out: &Output, json: bool) {
                 println!("({n} row{})", if n == 1 { "" } else { "s" });
             }
         }
+        Output::CopyIn { .. } => {}
         Output::Command(tag) => {
             if json {
                 println!("{}", json!({"tag": tag}));
