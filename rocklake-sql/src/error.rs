@@ -59,6 +59,10 @@ pub mod state {
     pub const READ_ONLY_TRANSACTION: &str = "25006";
     /// `40001` serialization_failure.
     pub const SERIALIZATION_FAILURE: &str = "40001";
+    /// `42883` undefined_function.
+    pub const UNDEFINED_FUNCTION: &str = "42883";
+    /// `22012` division_by_zero.
+    pub const DIVISION_BY_ZERO: &str = "22012";
     /// `0A000` feature_not_supported.
     pub const NOT_SUPPORTED: &str = "0A000";
     /// `42000` syntax_error_or_access_rule_violation (planning errors DataFusion words).
@@ -152,16 +156,28 @@ impl From<datafusion::error::DataFusionError> for SqlError {
                         format!("relation \"{name}\" does not exist"),
                     )
                 }
-                _ => SqlError::new(state::PLAN_ERROR, m),
+                _ => match quoted_after(&m, "Invalid function '") {
+                    // DataFusion: `Invalid function 'nope'.`
+                    Some(f) => SqlError::new(
+                        state::UNDEFINED_FUNCTION,
+                        format!("function {f}() does not exist"),
+                    ),
+                    None => SqlError::new(state::PLAN_ERROR, m),
+                },
             },
             D::ArrowError(a, _) => {
-                let m = a.to_string();
-                let code = if m.contains("Cannot cast string") || m.contains("Parser error") {
-                    state::INVALID_TEXT
-                } else if m.contains("overflow") {
-                    state::OUT_OF_RANGE
+                use datafusion::arrow::error::ArrowError as A;
+                let code = match a.as_ref() {
+                    A::DivideByZero => state::DIVISION_BY_ZERO,
+                    A::CastError(_) | A::ParseError(_) => state::INVALID_TEXT,
+                    A::ArithmeticOverflow(_) => state::OUT_OF_RANGE,
+                    other if other.to_string().contains("overflow") => state::OUT_OF_RANGE,
+                    _ => state::INTERNAL,
+                };
+                let m = if code == state::DIVISION_BY_ZERO {
+                    "division by zero".to_string()
                 } else {
-                    state::INTERNAL
+                    a.to_string()
                 };
                 SqlError::new(code, m)
             }

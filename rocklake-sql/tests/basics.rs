@@ -155,6 +155,10 @@ async fn bad_statements_get_postgresql_errors_and_change_nothing() {
         ("CREATE TABLE nope.t (id BIGINT)", "3F000"),
         ("DROP TABLE nope", "42P01"),
         ("CREATE TABLE g (x GEOMETRY)", "0A000"),
+        ("SELECT nope(1)", "42883"),
+        ("SELECT 1 / 0", "22012"),
+        ("SELECT CAST('x' AS BIGINT)", "22P02"),
+        ("INSERT INTO t VALUES (1, 'a') RETURNING id", "0A000"),
     ] {
         let (got, msg) = err(&mut s, sql).await;
         assert_eq!(got, code, "{sql}: {msg}");
