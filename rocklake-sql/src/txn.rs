@@ -228,15 +228,7 @@ impl Txn {
         let (key, value) = rel.encode(&cells, None, &mut || fresh_or(fresh), tuple)?;
         let key = Bytes::from(key);
         if self.get(&key).await?.is_some() {
-            return Err(SqlError::new(
-                state::UNIQUE_VIOLATION,
-                format!(
-                    "RockLake keeps one row per storage key of \"{}\", and a row with key {} \
-                     already exists",
-                    rel.name,
-                    rocklake_core::keys::render(&key)
-                ),
-            ));
+            return Err(storage_key_taken(rel, &key));
         }
         self.touch(&key).await?;
         self.writes.insert(key.clone(), Some(Bytes::from(value)));
@@ -286,15 +278,7 @@ impl Txn {
         }
         if key != old.key {
             if self.get(&key).await?.is_some() {
-                return Err(SqlError::new(
-                    state::UNIQUE_VIOLATION,
-                    format!(
-                        "RockLake keeps one row per storage key of \"{}\", and a row with key {} \
-                         already exists",
-                        rel.name,
-                        rocklake_core::keys::render(&key)
-                    ),
-                ));
+                return Err(storage_key_taken(rel, &key));
             }
             self.touch(&old.key).await?;
             self.writes.insert(old.key.clone(), None);
@@ -466,6 +450,20 @@ fn prefixed(prefix: &[u8], range: &KeyRange) -> KeyRange {
             Bound::Unbounded => KeyRange::prefix(prefix).end,
         },
     }
+}
+
+/// Two rows of a table without a primary key that would share one storage key (PostgreSQL
+/// would keep both; RockLake's fixed-width keys cannot).
+fn storage_key_taken(rel: &RelDef, key: &[u8]) -> SqlError {
+    SqlError::new(
+        state::UNIQUE_VIOLATION,
+        format!(
+            "RockLake keeps one row per storage key of \"{}\", and a row with key {} already \
+             exists",
+            rel.name,
+            rocklake_core::keys::render(key)
+        ),
+    )
 }
 
 fn fresh_or(fresh: Option<u64>) -> Result<u64> {

@@ -16,7 +16,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRng, TestRunner};
 use rocklake_sql::types::pg_text;
 use rocklake_sql::{Output, Session};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 const DDL: &str = "CREATE TABLE ducklake_snapshot(snapshot_id BIGINT PRIMARY KEY, snapshot_time TIMESTAMP WITH TIME ZONE, schema_version BIGINT, next_catalog_id BIGINT, next_file_id BIGINT);
 CREATE TABLE ducklake_data_file(data_file_id BIGINT PRIMARY KEY, table_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, path VARCHAR, record_count BIGINT)";
@@ -159,30 +159,9 @@ async fn our_rows(s: &mut Session, sql: &str) -> Vec<Vec<Option<String>>> {
     rows
 }
 
-async fn connect(url: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
 #[test]
 fn random_ducklake_transactions_end_the_same_on_rocklake_and_postgresql() {
-    let url = match std::env::var("ROCKLAKE_TEST_PG") {
-        Ok(u) => u,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!(
-                "CI must provide ROCKLAKE_TEST_PG (PostgreSQL 15 on loopback, see .ci/services.sh)"
-            )
-        }
-        Err(_) => {
-            eprintln!(
-                "NOT RUN: the PostgreSQL comparison needs ROCKLAKE_TEST_PG (see .ci/services.sh)"
-            );
-            return;
-        }
-    };
+    let Some(url) = common::pg::url() else { return };
     let cases: usize = std::env::var("ROCKLAKE_SQL_CASES")
         .ok()
         .map(|v| v.parse().expect("ROCKLAKE_SQL_CASES must be a number"))
@@ -204,11 +183,11 @@ fn random_ducklake_transactions_end_the_same_on_rocklake_and_postgresql() {
             .current();
         rt.block_on(async {
             for store in stores() {
-                let admin = connect(&url).await;
+                let admin = common::pg::connect(&url).await;
                 let name = format!("rocklake_prop_{}_{case}_{}", std::process::id(), store.name);
                 admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await.unwrap();
                 admin.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap();
-                let pg = [connect(&format!("{url} dbname={name}")).await, connect(&format!("{url} dbname={name}")).await];
+                let pg = [common::pg::connect(&format!("{url} dbname={name}")).await, common::pg::connect(&format!("{url} dbname={name}")).await];
                 pg[0].batch_execute(DDL).await.unwrap();
                 let db = open(&store).await;
                 let mut ours = [Session::new(db.clone()), Session::new(db.clone())];

@@ -21,7 +21,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rocklake_sql::types::pg_text;
 use rocklake_sql::{Output, Session};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 type Rows = Vec<Vec<Option<String>>>;
 
@@ -31,31 +31,6 @@ enum Answer {
     Rows(Rows),
     Done,
     Error(String),
-}
-
-fn pg_url() -> Option<String> {
-    match std::env::var("ROCKLAKE_TEST_PG") {
-        Ok(u) => Some(u),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!(
-                "CI must provide ROCKLAKE_TEST_PG (PostgreSQL 15 on loopback, see .ci/services.sh)"
-            )
-        }
-        Err(_) => {
-            eprintln!(
-                "NOT RUN: the PostgreSQL comparison needs ROCKLAKE_TEST_PG (see .ci/services.sh)"
-            );
-            None
-        }
-    }
-}
-
-async fn connect(url: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
 }
 
 /// The text PostgreSQL runs for one captured message: `COPY (q) TO STDOUT` becomes `q`, and
@@ -150,11 +125,11 @@ fn rows_of(out: &Output) -> Option<Rows> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rocklake_answers_the_captured_workload_as_postgresql_15_does() {
-    let Some(url) = pg_url() else { return };
+    let Some(url) = common::pg::url() else { return };
     let Some(trace) = load_trace() else { return };
     for store in stores() {
         // A database of its own on the PostgreSQL side, for this engine's run.
-        let admin = connect(&url).await;
+        let admin = common::pg::connect(&url).await;
         let dbname = format!("rocklake_replay_{}_{}", std::process::id(), store.name);
         admin
             .simple_query(&format!("DROP DATABASE IF EXISTS {dbname}"))
@@ -177,7 +152,7 @@ async fn rocklake_answers_the_captured_workload_as_postgresql_15_does() {
                 let mut s = Session::new(db.clone());
                 let clock = now.clone();
                 s.set_clock(Arc::new(move || clock.load(Ordering::Acquire)));
-                let c = connect(&pg_db_url).await;
+                let c = common::pg::connect(&pg_db_url).await;
                 c.simple_query("SET TimeZone = 'UTC'; SET statement_timeout = '20s'")
                     .await
                     .unwrap();

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod pg;
 pub mod trace;
 
 use std::sync::Arc;
