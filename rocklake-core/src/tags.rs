@@ -700,7 +700,7 @@ pub static REGISTRY: &[TagInfo] = &[
         Row,
         cols!("relation_id": BigInt, "name": Text, "definition": Text),
         RockLake,
-        "Tables a layer above the core defined: name and definition (the SQL layer's CREATE TABLEs)."
+        "Tables a layer above the core defined: a name and an opaque definition."
     ),
     table!(
         0x83,

@@ -164,7 +164,7 @@ pub fn rel_from_create(id: u64, ct: &CreateTable, catalog: &Catalog) -> Result<R
             format!("multiple primary keys for table \"{name}\" are not allowed"),
         ));
     }
-    let layout = RelDef::layout_for(&schema, &name, &columns, &|t| catalog.tag_taken(t));
+    let layout = RelDef::layout_for(&name, &columns, &|t| catalog.tag_taken(t));
     let mut canonical = ct.clone();
     canonical.if_not_exists = false;
     Ok(RelDef {

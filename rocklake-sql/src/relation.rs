@@ -140,12 +140,10 @@ impl RelDef {
     /// Choose the layout for a new table. `tag_taken` says whether a registry tag already
     /// holds another relation's rows.
     pub fn layout_for(
-        schema: &str,
         name: &str,
         columns: &[ColumnDef],
         tag_taken: &dyn Fn(Tag) -> bool,
     ) -> Layout {
-        let _ = schema;
         let find = |n: &str| columns.iter().position(|c| c.name == n);
         if let Some(rest) = name
             .strip_prefix("ducklake_inlined_data_")
@@ -223,14 +221,10 @@ impl RelDef {
             .iter()
             .map(|f| {
                 let direct = find(f);
+                // The registry's `file_id` is the table's own file id column.
                 let alias = match *f {
-                    "file_id" => find("data_file_id").or_else(|| find("delete_file_id")),
+                    "file_id" => find("delete_file_id").or_else(|| find("data_file_id")),
                     _ => None,
-                };
-                let alias = if *f == "file_id" && name == "ducklake_delete_file" {
-                    find("delete_file_id")
-                } else {
-                    alias
                 };
                 match direct.or(alias) {
                     Some(i) if columns[i].ty == SqlType::BigInt => KeyPart::Column(i),
@@ -244,6 +238,22 @@ impl RelDef {
             slots,
             cells: info.columns.len(),
         }
+    }
+
+    /// The index of a column, or PostgreSQL's 42703 naming it.
+    pub fn column_index(&self, name: &str) -> Result<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or_else(|| {
+                SqlError::new(
+                    state::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{name}\" of relation \"{}\" does not exist",
+                        self.name
+                    ),
+                )
+            })
     }
 
     /// Qualified name as PostgreSQL prints it in messages.

@@ -458,18 +458,7 @@ impl Session {
                 } else {
                     columns
                         .iter()
-                        .map(|c| {
-                            let n = fold(c);
-                            rel.columns.iter().position(|d| d.name == n).ok_or_else(|| {
-                                SqlError::new(
-                                    state::UNDEFINED_COLUMN,
-                                    format!(
-                                        "column \"{n}\" of relation \"{}\" does not exist",
-                                        rel.name
-                                    ),
-                                )
-                            })
-                        })
+                        .map(|c| rel.column_index(&fold(c)))
                         .collect::<Result<_>>()?
                 };
                 let cols = targets
@@ -571,19 +560,8 @@ impl Session {
             ins.columns
                 .iter()
                 .map(|c| {
-                    let n = c.0.last().map(|p| p.to_string()).unwrap_or_default();
-                    let n = n.trim_matches('"').to_string();
-                    let n = if c.to_string().starts_with('"') {
-                        n
-                    } else {
-                        n.to_lowercase()
-                    };
-                    rel.columns.iter().position(|d| d.name == n).ok_or_else(|| {
-                        SqlError::new(
-                            state::UNDEFINED_COLUMN,
-                            format!("column \"{n}\" of relation \"{}\" does not exist", rel.name),
-                        )
-                    })
+                    let n = c.0.last().and_then(|p| p.as_ident()).map(fold);
+                    rel.column_index(&n.unwrap_or_default())
                 })
                 .collect::<Result<_>>()?
         };
@@ -655,19 +633,7 @@ impl Session {
                 .and_then(|p| p.as_ident())
                 .map(fold)
                 .unwrap_or_default();
-            let idx = rel
-                .columns
-                .iter()
-                .position(|c| c.name == cname)
-                .ok_or_else(|| {
-                    SqlError::new(
-                        state::UNDEFINED_COLUMN,
-                        format!(
-                            "column \"{cname}\" of relation \"{}\" does not exist",
-                            rel.name
-                        ),
-                    )
-                })?;
+            let idx = rel.column_index(&cname)?;
             targets.push(idx);
             sql.push_str(&format!(", ({}) AS \"__rocklake_set_{i}\"", a.value));
         }
@@ -1077,6 +1043,3 @@ fn first_words(s: &str) -> String {
     let w: Vec<&str> = s.split_whitespace().take(4).collect();
     w.join(" ")
 }
-
-#[allow(dead_code)]
-fn _assert_array(_: &dyn Array) {}
