@@ -121,10 +121,13 @@ pub fn rel_from_create(id: u64, ct: &CreateTable, catalog: &Catalog) -> Result<R
                 }
             }
         }
+        let is_text =
+            ty == SqlType::Text && c.data_type.to_string().trim().eq_ignore_ascii_case("text");
         columns.push(ColumnDef {
             name: cname,
             ty,
             not_null,
+            is_text,
         });
     }
     for con in &ct.constraints {

@@ -26,6 +26,7 @@
 pub mod catalog;
 pub mod db;
 pub mod error;
+pub mod pg;
 pub mod provider;
 pub mod relation;
 pub mod session;

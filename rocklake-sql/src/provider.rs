@@ -20,6 +20,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use crate::catalog::Catalog;
 use crate::error::{to_df, SqlError};
+use crate::pg::{pg_catalog_table, PgCatalogSchema, PG_CATALOG_TABLES};
 use crate::relation::RelDef;
 use crate::txn::Txn;
 
@@ -39,11 +40,26 @@ pub struct Shared {
     pub txn_start: AtomicI64,
     /// Stored pairs the session's scans have read (what filter pushdown saves shows here).
     pub pairs_read: AtomicU64,
+    /// The database name the client connected to (`current_database()`, `pg_database`).
+    pub database: Mutex<String>,
 }
 
 impl Shared {
     fn catalog(&self) -> Arc<Catalog> {
         self.catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The catalog names resolve in now (the open transaction's, else the latest).
+    pub fn current_catalog(&self) -> Arc<Catalog> {
+        self.catalog()
+    }
+
+    /// The database name the client connected to.
+    pub fn database_name(&self) -> String {
+        self.database
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -59,10 +75,19 @@ pub struct RockCatalog {
 
 impl CatalogProvider for RockCatalog {
     fn schema_names(&self) -> Vec<String> {
-        self.shared.catalog().schemas.keys().cloned().collect()
+        let mut names: Vec<String> = self.shared.catalog().schemas.keys().cloned().collect();
+        names.push("pg_catalog".into());
+        names.push("information_schema".into());
+        names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if name == "pg_catalog" || name == "information_schema" {
+            return Some(Arc::new(PgCatalogSchema {
+                shared: self.shared.clone(),
+                information_schema: name == "information_schema",
+            }));
+        }
         self.shared.catalog().schemas.contains_key(name).then(|| {
             Arc::new(RockSchema {
                 name: name.to_string(),
@@ -93,6 +118,11 @@ impl SchemaProvider for RockSchema {
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         let cat = self.shared.catalog();
+        // As in PostgreSQL, whose search path starts with pg_catalog: an unqualified
+        // `pg_class` is the system catalog's.
+        if PG_CATALOG_TABLES.contains(&name) {
+            return pg_catalog_table(&cat, name, &self.shared.database_name());
+        }
         let Some(rel) = cat.tables.get(&(self.name.clone(), name.to_string())) else {
             return Ok(None);
         };

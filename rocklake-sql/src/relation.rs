@@ -53,6 +53,20 @@ pub struct ColumnDef {
     pub ty: SqlType,
     /// `NOT NULL` (primary-key columns always are).
     pub not_null: bool,
+    /// Declared `TEXT` rather than `VARCHAR` (both are [`SqlType::Text`]; clients are told
+    /// which, as PostgreSQL tells them).
+    pub is_text: bool,
+}
+
+impl ColumnDef {
+    /// The PostgreSQL type name clients are told (`varchar`, `text`, `int8`, ...).
+    pub fn pg_type_name(&self) -> &'static str {
+        if self.is_text {
+            "text"
+        } else {
+            crate::pg::sql_type_name(self.ty)
+        }
+    }
 }
 
 /// Where one SQL column of a tagged table lives in the stored row.
@@ -272,10 +286,18 @@ impl RelDef {
         let mut fields: Vec<Field> = self
             .columns
             .iter()
-            .map(|c| Field::new(&c.name, c.ty.arrow(), !c.not_null))
+            .map(|c| {
+                crate::pg::field(
+                    &c.name,
+                    c.ty.arrow(),
+                    !c.not_null,
+                    c.pg_type_name(),
+                    crate::pg::sql_typmod(c.ty),
+                )
+            })
             .collect();
         if ctid {
-            fields.push(Field::new("ctid", DataType::Utf8, false));
+            fields.push(crate::pg::field("ctid", DataType::Utf8, false, "tid", -1));
         }
         if key {
             fields.push(Field::new(KEY_COLUMN, DataType::Binary, false));

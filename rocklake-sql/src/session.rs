@@ -24,9 +24,10 @@ use datafusion::common::ScalarValue;
 use datafusion::execution::context::{SessionConfig, SessionContext};
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions, visit_expressions_mut, AssignmentTarget, CopySource, CopyTarget, Expr,
-    FromTable, ObjectName, ObjectType, Query, SchemaName, SetExpr, Statement, TableFactor,
-    TableObject, TransactionAccessMode, TransactionMode, UpdateTableFromKind,
+    visit_expressions, visit_expressions_mut, AssignmentTarget, CopyLegacyOption, CopyOption,
+    CopySource, CopyTarget, Expr, FromTable, ObjectName, ObjectType, Query, SchemaName, SetExpr,
+    Statement, TableFactor, TableObject, TransactionAccessMode, TransactionMode,
+    UpdateTableFromKind,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -58,6 +59,8 @@ pub enum Output {
         schema: SchemaRef,
         /// Its rows.
         batches: Vec<RecordBatch>,
+        /// `FORMAT binary` (else PostgreSQL's text format).
+        binary: bool,
     },
     /// A command's completion tag, as PostgreSQL writes it (`INSERT 0 3`, `UPDATE 1`, `BEGIN`).
     Command(String),
@@ -67,6 +70,8 @@ pub enum Output {
     CopyIn {
         /// The columns the rows carry, in order, with their types.
         columns: Vec<(String, SqlType)>,
+        /// `FORMAT binary` (else PostgreSQL's text format).
+        binary: bool,
     },
 }
 
@@ -155,6 +160,7 @@ impl Session {
                 )))
             }),
         ));
+        register_pg_functions(&ctx, &shared);
         ctx.register_catalog(
             "rocklake",
             Arc::new(RockCatalog {
@@ -175,6 +181,81 @@ impl Session {
     /// Read the time from `clock` (tests and replays that need `now()` to be a given time).
     pub fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
+    }
+
+    /// The database name the client connected with (what `current_database()` answers).
+    pub fn set_database(&mut self, name: &str) {
+        *self
+            .shared
+            .database
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = name.to_string();
+    }
+
+    /// What one statement would return, without running it (the wire's Describe of a
+    /// prepared statement): the types of its `$n` parameters and, for a query, its result
+    /// columns (`None`: the statement returns no rows). Several statements are refused, as
+    /// PostgreSQL refuses them in a prepared statement.
+    pub async fn describe(
+        &mut self,
+        sql: &str,
+    ) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>)> {
+        let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .map_err(|e| SqlError::new(state::SYNTAX_ERROR, e.to_string()))?;
+        if statements.len() > 1 {
+            return Err(SqlError::new(
+                state::SYNTAX_ERROR,
+                "cannot insert multiple commands into a prepared statement",
+            ));
+        }
+        let Some(Statement::Query(mut q)) = statements.pop() else {
+            return Ok((vec![], None));
+        };
+        if matches!(*q.body, SetExpr::Update(_) | SetExpr::Delete(_)) {
+            return Ok((vec![], None));
+        }
+        if self.status == Status::Idle && self.shared.txn.lock().await.is_none() {
+            *self
+                .shared
+                .catalog
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = self.db.catalog();
+        }
+        let ctid = mentions_ctid(&q);
+        strip_collate(&mut q);
+        let col_names = pg_column_names(&q);
+        self.shared.expose_ctid.store(ctid, Ordering::Release);
+        let planned = self
+            .ctx
+            .state()
+            .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                Statement::Query(q),
+            )))
+            .await;
+        self.shared.expose_ctid.store(false, Ordering::Release);
+        let plan = planned?;
+        let params = plan.get_parameter_types()?;
+        let mut names: Vec<&String> = params.keys().collect();
+        names.sort_by_key(|n| {
+            n.trim_start_matches('$')
+                .parse::<usize>()
+                .unwrap_or(usize::MAX)
+        });
+        let types = names.iter().map(|n| params[*n].clone()).collect();
+        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let (schema, _) = rename_columns(schema, vec![], &col_names)?;
+        Ok((types, Some(schema)))
+    }
+
+    /// A statement was interrupted (a cancel request; its future was dropped): as in
+    /// PostgreSQL, an implicit transaction is rolled back and a block is aborted.
+    pub async fn cancelled(&mut self) {
+        self.copy = None;
+        match self.status {
+            Status::Idle => self.drop_txn().await,
+            Status::InBlock => self.status = Status::Failed,
+            Status::Failed => {}
+        }
     }
 
     /// Where the session is.
@@ -435,11 +516,18 @@ impl Session {
                 source: CopySource::Query(q),
                 to: true,
                 target: CopyTarget::Stdout,
+                options,
+                legacy_options,
                 ..
             } => {
+                let binary = copy_format(&options, &legacy_options)?;
                 self.ensure_txn().await?;
                 let (schema, batches) = self.query(*q).await?;
-                Ok(Output::CopyOut { schema, batches })
+                Ok(Output::CopyOut {
+                    schema,
+                    batches,
+                    binary,
+                })
             }
             Statement::Copy {
                 source:
@@ -449,8 +537,11 @@ impl Session {
                     },
                 to: false,
                 target: CopyTarget::Stdin,
+                options,
+                legacy_options,
                 ..
             } => {
+                let binary = copy_format(&options, &legacy_options)?;
                 self.ensure_txn().await?;
                 let rel = self.table(&table_name)?;
                 let targets: Vec<usize> = if columns.is_empty() {
@@ -466,7 +557,10 @@ impl Session {
                     .map(|i| (rel.columns[*i].name.clone(), rel.columns[*i].ty))
                     .collect();
                 self.copy = Some((rel, targets, false));
-                Ok(Output::CopyIn { columns: cols })
+                Ok(Output::CopyIn {
+                    columns: cols,
+                    binary,
+                })
             }
             other => Err(SqlError::unsupported(format!(
                 "RockLake's SQL layer does not run this statement: {}",
@@ -479,8 +573,11 @@ impl Session {
     async fn query(&self, mut q: Query) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let ctid = mentions_ctid(&q);
         strip_collate(&mut q);
-        self.plan_and_collect(Statement::Query(Box::new(q)), ctid, false)
-            .await
+        let names = pg_column_names(&q);
+        let (schema, batches) = self
+            .plan_and_collect(Statement::Query(Box::new(q)), ctid, false)
+            .await?;
+        rename_columns(schema, batches, &names)
     }
 
     async fn plan_and_collect(
@@ -1042,4 +1139,319 @@ fn mentions_ctid_stmt(s: &Statement) -> bool {
 fn first_words(s: &str) -> String {
     let w: Vec<&str> = s.split_whitespace().take(4).collect();
     w.join(" ")
+}
+
+/// Whether a COPY's options ask for PostgreSQL's binary format (else its text format); the
+/// options this server does not honour are refused rather than ignored.
+fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<bool> {
+    let mut binary = false;
+    for o in options {
+        match o {
+            CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
+                "binary" => binary = true,
+                "text" => binary = false,
+                other => {
+                    return Err(SqlError::unsupported(format!(
+                        "COPY FORMAT {other} is not supported (binary and text are)"
+                    )))
+                }
+            },
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "COPY option {other} is not supported"
+                )))
+            }
+        }
+    }
+    for o in legacy {
+        match o {
+            CopyLegacyOption::Binary => binary = true,
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "COPY option {other} is not supported"
+                )))
+            }
+        }
+    }
+    Ok(binary)
+}
+
+/// The functions a PostgreSQL client calls on connecting: `version()`, `current_database()`,
+/// `current_schema()`, `to_regclass(name)`, `pg_backend_pid()`.
+fn register_pg_functions(ctx: &SessionContext, shared: &Arc<Shared>) {
+    let version = crate::pg::version_string();
+    ctx.register_udf(create_udf(
+        "version",
+        vec![],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(move |_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                version.clone(),
+            ))))
+        }),
+    ));
+    let sh = shared.clone();
+    ctx.register_udf(create_udf(
+        "current_database",
+        vec![],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(move |_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                sh.database_name(),
+            ))))
+        }),
+    ));
+    ctx.register_udf(create_udf(
+        "current_schema",
+        vec![],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(|_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                "public".into(),
+            ))))
+        }),
+    ));
+    ctx.register_udf(create_udf(
+        "pg_backend_pid",
+        vec![],
+        DataType::Int32,
+        Volatility::Stable,
+        Arc::new(|_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(
+                std::process::id() as i32,
+            ))))
+        }),
+    ));
+    let sh = shared.clone();
+    ctx.register_udf(create_udf(
+        "to_regclass",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(move |args| {
+            let cat = sh.current_catalog();
+            let lookup = |name: &str| -> Option<String> {
+                let parts: Vec<String> = name
+                    .split('.')
+                    .map(|p| {
+                        if p.starts_with('"') && p.ends_with('"') && p.len() >= 2 {
+                            p[1..p.len() - 1].replace("\"\"", "\"")
+                        } else {
+                            p.to_lowercase()
+                        }
+                    })
+                    .collect();
+                let (schema, table) = match parts.as_slice() {
+                    [t] => ("public".to_string(), t.clone()),
+                    [s, t] => (s.clone(), t.clone()),
+                    _ => return None,
+                };
+                if crate::pg::PG_CATALOG_TABLES.contains(&table.as_str())
+                    && (schema == "pg_catalog" || parts.len() == 1)
+                {
+                    return Some(table);
+                }
+                cat.tables
+                    .contains_key(&(schema.clone(), table.clone()))
+                    .then(|| {
+                        if schema == "public" {
+                            table
+                        } else {
+                            format!("{schema}.{table}")
+                        }
+                    })
+            };
+            match &args[0] {
+                ColumnarValue::Scalar(v) => {
+                    let name = match v {
+                        ScalarValue::Utf8(n)
+                        | ScalarValue::LargeUtf8(n)
+                        | ScalarValue::Utf8View(n) => n.clone(),
+                        _ => None,
+                    };
+                    Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
+                        name.and_then(|n| lookup(&n)),
+                    )))
+                }
+                ColumnarValue::Array(a) => {
+                    use datafusion::arrow::array::{AsArray, StringArray};
+                    let a = datafusion::arrow::compute::cast(a, &DataType::Utf8)?;
+                    let out: StringArray = a
+                        .as_string::<i32>()
+                        .iter()
+                        .map(|n| n.and_then(&lookup))
+                        .collect();
+                    Ok(ColumnarValue::Array(Arc::new(out)))
+                }
+            }
+        }),
+    ));
+}
+
+/// The names PostgreSQL gives a query's unaliased result columns (its `FigureColname`): a
+/// column's own name, a function's name (`count`, `max`), `?column?` for other expressions,
+/// the type's name for a cast of one. `None` where DataFusion's name stands (aliases,
+/// wildcards); an empty list when the projection cannot be lined up with the result.
+fn pg_column_names(q: &Query) -> Vec<Option<String>> {
+    use datafusion::sql::sqlparser::ast::SelectItem;
+    let mut body = q.body.as_ref();
+    while let SetExpr::SetOperation { left, .. } = body {
+        body = left.as_ref();
+    }
+    let select = match body {
+        SetExpr::Select(s) => s,
+        SetExpr::Query(inner) => return pg_column_names(inner),
+        _ => return vec![],
+    };
+    let mut out = Vec::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) if int4_literal(e) => out.push(Some("\0int4".into())),
+            SelectItem::UnnamedExpr(e) => out.push(Some(pg_expr_name(e))),
+            SelectItem::ExprWithAlias { .. } => out.push(None),
+            // A wildcard's columns keep their names; their number is only known after
+            // planning, so one wildcard is marked and the rest lined up around it.
+            _ => out.push(Some("\0*".into())),
+        }
+    }
+    if out.iter().filter(|n| n.as_deref() == Some("\0*")).count() > 1 {
+        return vec![];
+    }
+    out
+}
+
+/// An integer constant that fits `integer`: PostgreSQL's type for it (DataFusion's is
+/// `bigint`).
+fn int4_literal(e: &Expr) -> bool {
+    use datafusion::sql::sqlparser::ast::{UnaryOperator, Value};
+    match e {
+        Expr::Value(v) => matches!(&v.value, Value::Number(n, _) if n.parse::<i32>().is_ok()),
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => matches!(expr.as_ref(), Expr::Value(v)
+            if matches!(&v.value, Value::Number(n, _) if format!("-{n}").parse::<i32>().is_ok())),
+        Expr::Nested(inner) => int4_literal(inner),
+        _ => false,
+    }
+}
+
+fn pg_expr_name(e: &Expr) -> String {
+    match e {
+        Expr::Identifier(i) => fold(i),
+        Expr::CompoundIdentifier(parts) => parts.last().map(fold).unwrap_or_default(),
+        Expr::Function(f) => match f.name.0.last() {
+            Some(datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(i)) => fold(i),
+            _ => "?column?".into(),
+        },
+        Expr::Nested(inner) => pg_expr_name(inner),
+        Expr::Cast {
+            expr, data_type, ..
+        } => {
+            let n = pg_expr_name(expr);
+            if n != "?column?" {
+                return n;
+            }
+            match SqlType::parse(&data_type.to_string()) {
+                Ok(t) => crate::pg::sql_type_name(t).to_string(),
+                Err(_) => data_type.to_string().to_lowercase(),
+            }
+        }
+        Expr::Case { .. } => "case".into(),
+        Expr::Exists { .. } => "exists".into(),
+        Expr::Array(_) => "array".into(),
+        Expr::Subquery(q) => pg_column_names(q)
+            .first()
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "?column?".into()),
+        Expr::Extract { .. } => "extract".into(),
+        Expr::Substring { .. } => "substring".into(),
+        Expr::Position { .. } => "position".into(),
+        Expr::Ceil { .. } => "ceil".into(),
+        Expr::Floor { .. } => "floor".into(),
+        _ => "?column?".into(),
+    }
+}
+
+/// Give a result PostgreSQL's column names (keeping each field's type and metadata).
+fn rename_columns(
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    names: &[Option<String>],
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let n = schema.fields().len();
+    if names.is_empty() || names.len() > n + 1 {
+        return Ok((schema, batches));
+    }
+    let star = names.iter().position(|x| x.as_deref() == Some("\0*"));
+    let mut per_field: Vec<Option<String>> = Vec::with_capacity(n);
+    match star {
+        None if names.len() == n => per_field.extend(names.iter().cloned()),
+        None => return Ok((schema, batches)),
+        Some(at) => {
+            let span = n + 1 - names.len();
+            per_field.extend(names[..at].iter().cloned());
+            per_field.extend(std::iter::repeat_n(None, span));
+            per_field.extend(names[at + 1..].iter().cloned());
+        }
+    }
+    if per_field.iter().all(Option::is_none) {
+        return Ok((schema, batches));
+    }
+    // `\0int4`: an integer constant, `?column?` of type integer as in PostgreSQL.
+    let int4: Vec<bool> = per_field
+        .iter()
+        .map(|n| n.as_deref() == Some("\0int4"))
+        .collect();
+    let rename = |schema: &SchemaRef| -> SchemaRef {
+        let fields: Vec<datafusion::arrow::datatypes::Field> = schema
+            .fields()
+            .iter()
+            .zip(&per_field)
+            .map(|(f, name)| match name.as_deref() {
+                Some("\0int4") if f.data_type() == &DataType::Int64 => f
+                    .as_ref()
+                    .clone()
+                    .with_name("?column?")
+                    .with_data_type(DataType::Int32),
+                Some("\0int4") => f.as_ref().clone().with_name("?column?"),
+                Some(name) => f.as_ref().clone().with_name(name),
+                None => f.as_ref().clone(),
+            })
+            .collect();
+        Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            schema.metadata().clone(),
+        ))
+    };
+    // The batches' own schema: execution may have settled a type the plan left open (a
+    // NULL column of a UNION's first branch).
+    let renamed = match batches.first() {
+        Some(b) => rename(&b.schema()),
+        None => rename(&schema),
+    };
+    let batches = batches
+        .into_iter()
+        .map(|b| {
+            let columns = b
+                .columns()
+                .iter()
+                .zip(&int4)
+                .map(|(c, small)| {
+                    if *small && c.data_type() == &DataType::Int64 {
+                        datafusion::arrow::compute::cast(c, &DataType::Int32)
+                    } else {
+                        Ok(c.clone())
+                    }
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            RecordBatch::try_new(rename(&b.schema()), columns)
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| SqlError::internal(format!("renaming result columns: {e}")))?;
+    Ok((renamed, batches))
 }

@@ -512,7 +512,7 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
         }
         .to_string(),
         DataType::Float64 => pg_float(array.as_primitive::<Float64Type>().value(row)),
-        DataType::Float32 => pg_float(f64::from(array.as_primitive::<Float32Type>().value(row))),
+        DataType::Float32 => pg_real(array.as_primitive::<Float32Type>().value(row)),
         DataType::Binary => {
             let b = array.as_binary::<i32>().value(row);
             let mut s = String::with_capacity(2 + 2 * b.len());
@@ -553,17 +553,25 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
 /// A float as PostgreSQL 15 prints it: the shortest text that reads back exactly, in
 /// exponent form below 1e-4 and from 1e15 (`1e+20`, `1.5e-07`).
 fn pg_float(v: f64) -> String {
+    pg_float_from(v, format!("{v:e}"), v.to_string())
+}
+
+/// As [`pg_float`], for a `real`: its own shortest digits, not those of the wider double.
+fn pg_real(v: f32) -> String {
+    pg_float_from(f64::from(v), format!("{v:e}"), v.to_string())
+}
+
+fn pg_float_from(v: f64, e: String, plain: String) -> String {
     if v.is_nan() || v.is_infinite() || v == 0.0 {
         return float_text(v);
     }
-    let e = format!("{v:e}");
     let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     if !(-4..15).contains(&exp) {
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exp.abs())
     } else {
-        v.to_string()
+        plain
     }
 }
 

@@ -357,7 +357,7 @@ async fn copy_from_stdin_takes_typed_rows_whole_or_not_at_all() {
         let mut s = Session::new(db.clone());
         q(&mut s, "CREATE TABLE ducklake_metadata (key VARCHAR NOT NULL, value VARCHAR NOT NULL, scope VARCHAR, scope_id BIGINT)").await;
         let out = s.run("COPY \"public\".\"ducklake_metadata\" (\"key\", \"value\") FROM STDIN (FORMAT BINARY)").await.unwrap();
-        let Output::CopyIn { columns } = out else {
+        let Output::CopyIn { columns, .. } = out else {
             panic!("{out:?}")
         };
         assert_eq!(
