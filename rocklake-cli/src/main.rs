@@ -145,6 +145,26 @@ enum Command {
         #[arg(long)]
         read_only: bool,
     },
+    /// Serve the catalog over the PostgreSQL wire protocol, for DuckDB's
+    /// `ATTACH 'ducklake:postgres:host=... port=...'` (prints the line to paste).
+    Serve {
+        /// The store: `file:///path` (SlateDB on a local folder), `s3://bucket/prefix`,
+        /// `sled:///path`, `rocksdb:///path`.
+        url: String,
+        /// Address to listen on. Without a password only loopback addresses are allowed.
+        #[arg(long, default_value = "127.0.0.1:5433")]
+        listen: std::net::SocketAddr,
+        /// Read the password clients must give (SCRAM-SHA-256) from this file; else from
+        /// the ROCKLAKE_PASSWORD environment variable; else no password (loopback only).
+        #[arg(long)]
+        password_file: Option<std::path::PathBuf>,
+        /// Serve a reader: the store's writer is not fenced, and writes are refused.
+        #[arg(long)]
+        read_only: bool,
+        /// The DATA_PATH shown in the printed ATTACH line.
+        #[arg(long)]
+        data_path: Option<String>,
+    },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
         #[arg(long)]
@@ -258,6 +278,22 @@ async fn run(command: Command, json: bool) -> CliResult {
             sql,
             read_only,
         } => cmd::sql::run(url, sql, read_only, json).await,
+        Command::Serve {
+            url,
+            listen,
+            password_file,
+            read_only,
+            data_path,
+        } => {
+            cmd::serve::run(cmd::serve::ServeArgs {
+                url,
+                listen,
+                password_file,
+                read_only,
+                data_path,
+            })
+            .await
+        }
         Command::Tags { markdown } => cmd::tags::run(markdown, json).await,
         Command::CrashChild { url } => cmd::conformance::crash_child(&url).await,
     }

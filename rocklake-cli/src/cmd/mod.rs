@@ -13,6 +13,7 @@ pub(crate) mod inspect;
 pub(crate) mod purge;
 pub(crate) mod retain_from;
 pub(crate) mod scan;
+pub(crate) mod serve;
 pub(crate) mod sql;
 pub(crate) mod tags;
 pub(crate) mod verify;

@@ -108,7 +108,10 @@ async fn shell(session: &mut Session, json: bool) -> bool {
 
 fn print_output(out: &Output, json: bool) {
     match out {
-        Output::Rows { schema, batches } | Output::CopyOut { schema, batches } => {
+        Output::Rows { schema, batches }
+        | Output::CopyOut {
+            schema, batches, ..
+        } => {
             if json {
                 let opts = FormatOptions::default();
                 let mut rows = Vec::new();

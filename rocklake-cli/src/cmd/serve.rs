@@ -1,0 +1,123 @@
+//! `rocklake serve`: a PostgreSQL-wire server over a catalog, for DuckDB's
+//! `ATTACH 'ducklake:postgres:...'`.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rocklake::{Error, Keyspace};
+use rocklake_server::{Server, ServerOptions};
+use rocklake_sql::Database;
+
+use crate::CliResult;
+
+/// What `rocklake serve` was asked for.
+pub(crate) struct ServeArgs {
+    pub(crate) url: String,
+    pub(crate) listen: SocketAddr,
+    pub(crate) password_file: Option<std::path::PathBuf>,
+    pub(crate) read_only: bool,
+    pub(crate) data_path: Option<String>,
+}
+
+pub(crate) async fn run(args: ServeArgs) -> CliResult {
+    init_logging();
+    let password = match (&args.password_file, std::env::var("ROCKLAKE_PASSWORD")) {
+        (Some(f), _) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| {
+                    Error::InvalidArgument(format!(
+                        "cannot read --password-file {}: {e}",
+                        f.display()
+                    ))
+                })?
+                .trim_end_matches(['\r', '\n'])
+                .to_string(),
+        ),
+        (None, Ok(p)) if !p.is_empty() => Some(p),
+        _ => None,
+    };
+    let backend = rocklake::open(&args.url).await?;
+    let ks = if args.read_only {
+        Keyspace::open_read_only(backend).await?
+    } else {
+        Keyspace::open(backend).await?
+    };
+    let db = Database::open(ks)
+        .await
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let options = ServerOptions {
+        listen: args.listen,
+        password: password.clone(),
+        read_only: args.read_only,
+        grace: Duration::from_secs(5),
+    };
+    let server = Server::bind(db.clone(), options)
+        .await
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let addr = server.local_addr();
+    let auth = if password.is_some() {
+        " password=<ROCKLAKE_PASSWORD>"
+    } else {
+        ""
+    };
+    let data = args.data_path.as_deref().unwrap_or("lake_data/");
+    println!(
+        "rocklake serve: {} on {addr}{}",
+        args.url,
+        if args.read_only { " (read-only)" } else { "" }
+    );
+    println!("In DuckDB (with the ducklake and postgres extensions):");
+    println!(
+        "  ATTACH 'ducklake:postgres:host={} port={} dbname=lake user=duck{auth}' AS lake (DATA_PATH '{data}');",
+        addr.ip(),
+        addr.port()
+    );
+    println!("Stop with Ctrl-C (or SIGTERM): open transactions roll back, the store is flushed.");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    server
+        .run(shutdown_signal())
+        .await
+        .map_err(|e| Error::InvalidArgument(format!("server failed: {e}")))?;
+    db.close()
+        .await
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    tracing::info!("store closed");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Logs to stderr: `info` by default, `RUST_LOG` to change it (`RUST_LOG=rocklake_server=debug`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,745 @@
+//! One connection: pgwire's handlers over one [`Session`].
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::{Sink, SinkExt};
+use pgwire::api::auth::sasl::scram::ScramAuth;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    ServerParameterProvider, StartupHandler,
+};
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::portal::Portal;
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
+    Response,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionHandle, ConnectionManager, PgWireConnectionState,
+    PgWireServerHandlers, PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail, CopyInResponse, CopyOutResponse};
+use pgwire::messages::data::{DataRow, FieldDescription, RowDescription};
+use pgwire::messages::response::{
+    CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus,
+};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use rocklake_sql::datafusion::arrow::datatypes::{Field, SchemaRef};
+use rocklake_sql::pg::{pg_type, pg_type_of, PgType};
+use rocklake_sql::session::Status;
+use rocklake_sql::types::SqlType;
+use rocklake_sql::{Database, Output, Session, SqlError};
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::wire::{binary_value, decode_copy_binary, decode_copy_text, text_value, COPY_SIGNATURE};
+
+/// A `COPY ... FROM STDIN` in progress: its columns, whether it is binary, and the bytes
+/// received so far.
+type CopyIn = (Vec<(String, SqlType)>, bool, BytesMut);
+
+/// The handlers of one connection.
+pub(crate) struct Conn {
+    session: AsyncMutex<Session>,
+    /// The `COPY ... FROM STDIN` in progress.
+    copy: Mutex<Option<CopyIn>>,
+    /// The session knows the client's database name.
+    named: std::sync::atomic::AtomicBool,
+    peer: std::net::SocketAddr,
+}
+
+impl Conn {
+    pub(crate) fn new(db: Arc<Database>, peer: std::net::SocketAddr) -> Conn {
+        Conn {
+            named: std::sync::atomic::AtomicBool::new(false),
+            session: AsyncMutex::new(Session::new(db)),
+            copy: Mutex::new(None),
+            peer,
+        }
+    }
+}
+
+fn status_of(s: Status) -> TransactionStatus {
+    match s {
+        Status::Idle => TransactionStatus::Idle,
+        Status::InBlock => TransactionStatus::Transaction,
+        Status::Failed => TransactionStatus::Error,
+    }
+}
+
+fn error_info(e: &SqlError) -> ErrorInfo {
+    let mut info = ErrorInfo::new("ERROR".into(), e.code.to_string(), e.message.clone());
+    info.detail = e.detail.clone();
+    info
+}
+
+fn user_error(e: &SqlError) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(e)))
+}
+
+/// The PostgreSQL type a result column is sent as (`text` when nothing better is known: the
+/// value then goes as its text form).
+fn column_type(f: &Field) -> (PgType, i32) {
+    pg_type_of(f).unwrap_or_else(|| (pg_type("text").unwrap_or(rocklake_sql::pg::PG_TYPES[7]), -1))
+}
+
+fn row_description(schema: &SchemaRef, binary: bool) -> RowDescription {
+    RowDescription::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let (t, typmod) = column_type(f);
+                FieldDescription::new(
+                    f.name().clone(),
+                    0,
+                    0,
+                    t.oid,
+                    t.len,
+                    typmod,
+                    i16::from(binary),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn field_infos(schema: &SchemaRef) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let (t, typmod) = column_type(f);
+            FieldInfo::new(
+                f.name().clone(),
+                None,
+                None,
+                Type::from_oid(t.oid).unwrap_or(Type::TEXT),
+                FieldFormat::Text,
+            )
+            .with_type_size(t.len)
+            .with_type_modifier(typmod)
+        })
+        .collect()
+}
+
+impl Conn {
+    /// Send one statement's result.
+    async fn send_output<C>(&self, client: &mut C, out: Output) -> PgWireResult<bool>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let tag = out.tag();
+        match out {
+            Output::Rows { schema, batches } => {
+                client
+                    .feed(PgWireBackendMessage::RowDescription(row_description(
+                        &schema, false,
+                    )))
+                    .await?;
+                for b in &batches {
+                    for row in 0..b.num_rows() {
+                        let mut data = BytesMut::new();
+                        for col in b.columns() {
+                            match text_value(col.as_ref(), row) {
+                                None => data.put_i32(-1),
+                                Some(v) => {
+                                    data.put_i32(v.len() as i32);
+                                    data.extend_from_slice(v.as_bytes());
+                                }
+                            }
+                        }
+                        client
+                            .feed(PgWireBackendMessage::DataRow(DataRow::new(
+                                data,
+                                b.num_columns() as i16,
+                            )))
+                            .await?;
+                    }
+                }
+            }
+            Output::CopyOut {
+                schema,
+                batches,
+                binary,
+            } => {
+                let types: Vec<PgType> = schema.fields().iter().map(|f| column_type(f).0).collect();
+                // Encode everything before the first message, so a value without a binary
+                // form is an ErrorResponse, not a broken COPY stream. One CopyData per row, as
+                // PostgreSQL sends them (the binary header goes with the first row, the
+                // trailer in a message of its own): clients such as DuckDB's postgres
+                // scanner decode each message as whole rows.
+                let mut chunks: Vec<Bytes> = Vec::new();
+                let mut buf = BytesMut::new();
+                if binary {
+                    buf.extend_from_slice(COPY_SIGNATURE);
+                    buf.put_u32(0);
+                    buf.put_u32(0);
+                }
+                for b in &batches {
+                    for row in 0..b.num_rows() {
+                        if binary {
+                            buf.put_i16(b.num_columns() as i16);
+                            for (col, ty) in b.columns().iter().zip(&types) {
+                                binary_value(&mut buf, col.as_ref(), row, *ty)
+                                    .map_err(|e| user_error(&e))?;
+                            }
+                        } else {
+                            let fields: Vec<String> = b
+                                .columns()
+                                .iter()
+                                .map(|c| match text_value(c.as_ref(), row) {
+                                    None => "\\N".to_string(),
+                                    Some(v) => copy_text_escape(&v),
+                                })
+                                .collect();
+                            buf.extend_from_slice(fields.join("\t").as_bytes());
+                            buf.put_u8(b'\n');
+                        }
+                        chunks.push(buf.split().freeze());
+                    }
+                }
+                if binary {
+                    buf.put_i16(-1);
+                    chunks.push(buf.split().freeze());
+                }
+                let n = types.len() as i16;
+                client
+                    .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+                        i8::from(binary),
+                        n,
+                        vec![i16::from(binary); n as usize],
+                    )))
+                    .await?;
+                for c in chunks {
+                    client
+                        .feed(PgWireBackendMessage::CopyData(CopyData::new(c)))
+                        .await?;
+                }
+                client
+                    .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
+                    .await?;
+            }
+            Output::Command(_) => {}
+            Output::CopyIn { columns, binary } => {
+                let n = columns.len() as i16;
+                *self.copy.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((columns, binary, BytesMut::new()));
+                client
+                    .feed(PgWireBackendMessage::CopyInResponse(CopyInResponse::new(
+                        i8::from(binary),
+                        n,
+                        vec![i16::from(binary); n as usize],
+                    )))
+                    .await?;
+                client.set_state(PgWireConnectionState::CopyInProgress(false));
+                return Ok(true);
+            }
+        }
+        client
+            .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                tag,
+            )))
+            .await?;
+        Ok(false)
+    }
+}
+
+/// A text-format COPY field: backslash, tab, newline and carriage return escaped.
+fn copy_text_escape(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '\t' => s.push_str("\\t"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Conn {
+    async fn on_query<C>(
+        &self,
+        client: &mut C,
+        query: pgwire::messages::simplequery::Query,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let sql = query.query;
+        let mut session = self.session.lock().await;
+        self.name_database(client, &mut session).await;
+        if sql.trim().trim_matches(';').trim().is_empty() {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        } else {
+            tracing::debug!(peer = %self.peer, sql = %sql, "query");
+            let started = std::time::Instant::now();
+            let cancel = match client.session_extensions().get::<Arc<ConnectionHandle>>() {
+                Some(h) => Some(h.start_query().await),
+                None => None,
+            };
+            let results = match cancel {
+                Some(rx) => {
+                    tokio::select! {
+                        r = session.execute(&sql) => r,
+                        Ok(()) = rx => {
+                            session.cancelled().await;
+                            vec![Err(SqlError::new("57014", "canceling statement due to user request"))]
+                        }
+                    }
+                }
+                None => session.execute(&sql).await,
+            };
+            for r in results {
+                match r {
+                    Ok(out) => {
+                        if self.send_output(client, out).await? {
+                            // COPY FROM STDIN: the client sends the rows next.
+                            client.flush().await?;
+                            return Ok(());
+                        }
+                    }
+                    Err(e) => {
+                        let shown: String = sql.chars().take(300).collect();
+                        if e.code == "23505" || e.code == "40001" {
+                            // How concurrent DuckLake writers learn they lost a race.
+                            tracing::info!(peer = %self.peer, code = e.code, error = %e.message, "commit refused");
+                        } else {
+                            tracing::warn!(peer = %self.peer, code = e.code, error = %e.message, sql = %shown, "statement failed");
+                        }
+                        client
+                            .feed(PgWireBackendMessage::ErrorResponse(error_info(&e).into()))
+                            .await?;
+                    }
+                }
+            }
+            tracing::trace!(peer = %self.peer, elapsed_us = started.elapsed().as_micros() as u64, "query");
+        }
+        let status = status_of(session.status());
+        client.set_transaction_status(status);
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
+            .await?;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        Ok(())
+    }
+
+    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // `on_query` above answers every simple query itself.
+        Ok(vec![])
+    }
+}
+
+#[async_trait]
+impl CopyHandler for Conn {
+    async fn on_copy_data<C>(&self, _client: &mut C, data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let Some((_, _, buf)) = self.copy.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            buf.extend_from_slice(&data.data);
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let taken = self.copy.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut session = self.session.lock().await;
+        let result = match taken {
+            None => Err(SqlError::new(
+                "08P01",
+                "CopyDone without a COPY in progress",
+            )),
+            Some((columns, binary, data)) => match if binary {
+                decode_copy_binary(&data, &columns)
+            } else {
+                decode_copy_text(&data, &columns)
+            } {
+                Ok(rows) => session.copy_in(rows).await,
+                Err(e) => {
+                    session.copy_fail(&e.message).await;
+                    Err(e)
+                }
+            },
+        };
+        client.set_transaction_status(status_of(session.status()));
+        match result {
+            Ok(out) => {
+                client
+                    .send(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                        out.tag(),
+                    )))
+                    .await?;
+                Ok(())
+            }
+            Err(e) => Err(user_error(&e)),
+        }
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.copy.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut session = self.session.lock().await;
+        let e = session.copy_fail(&fail.message).await;
+        client.set_transaction_status(status_of(session.status()));
+        user_error(&e)
+    }
+}
+
+/// Prepared statements keep their text; planning happens at Describe.
+#[derive(Debug, Default)]
+pub(crate) struct TextParser;
+
+#[async_trait]
+impl QueryParser for TextParser {
+    type Statement = String;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<String>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        Ok(Some(sql.to_string()))
+    }
+
+    fn get_parameter_types(&self, _stmt: &String) -> PgWireResult<Vec<Type>> {
+        Ok(vec![])
+    }
+
+    fn get_result_schema(
+        &self,
+        _stmt: &String,
+        _format: Option<&pgwire::api::portal::Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(vec![])
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Conn {
+    type Statement = String;
+    type QueryParser = TextParser;
+
+    fn query_parser(&self) -> Arc<TextParser> {
+        Arc::new(TextParser)
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        client: &mut C,
+        target: &StoredStatement<String>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut session = self.session.lock().await;
+        self.name_database(client, &mut session).await;
+        let (params, schema) = session
+            .describe(&target.statement)
+            .await
+            .map_err(|e| user_error(&e))?;
+        let params = params
+            .iter()
+            .map(|p| {
+                p.as_ref()
+                    .and_then(|dt| pg_type_of(&Field::new("p", dt.clone(), true)))
+                    .and_then(|(t, _)| Type::from_oid(t.oid))
+                    .unwrap_or(Type::UNKNOWN)
+            })
+            .collect();
+        Ok(match schema {
+            Some(s) => DescribeStatementResponse::new(params, field_infos(&s)),
+            None => DescribeStatementResponse::new(params, vec![]),
+        })
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        target: &Portal<String>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !target.parameters.is_empty() {
+            return Err(unsupported_parameters());
+        }
+        let mut session = self.session.lock().await;
+        let (_, schema) = session
+            .describe(&target.statement.statement)
+            .await
+            .map_err(|e| user_error(&e))?;
+        Ok(match schema {
+            Some(s) => DescribePortalResponse::new(field_infos(&s)),
+            None => DescribePortalResponse::no_data(),
+        })
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<String>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !portal.parameters.is_empty() {
+            return Err(unsupported_parameters());
+        }
+        let mut session = self.session.lock().await;
+        let mut results = session.execute(&portal.statement.statement).await;
+        client.set_transaction_status(status_of(session.status()));
+        if results.len() > 1 {
+            return Err(user_error(&SqlError::new(
+                "42601",
+                "cannot insert multiple commands into a prepared statement",
+            )));
+        }
+        match results.pop() {
+            None => Ok(Response::EmptyQuery),
+            Some(Err(e)) => Err(user_error(&e)),
+            Some(Ok(Output::Rows { schema, batches })) => {
+                // Text rows, through pgwire's encoder (the portal's RowDescription came
+                // from Describe).
+                let fields = Arc::new(field_infos(&schema));
+                let mut rows = Vec::new();
+                for b in &batches {
+                    for row in 0..b.num_rows() {
+                        let mut enc = pgwire::api::results::DataRowEncoder::new(fields.clone());
+                        for col in b.columns() {
+                            enc.encode_field(&text_value(col.as_ref(), row))?;
+                        }
+                        rows.push(Ok(enc.take_row()));
+                    }
+                }
+                Ok(Response::Query(pgwire::api::results::QueryResponse::new(
+                    fields,
+                    futures::stream::iter(rows),
+                )))
+            }
+            Some(Ok(Output::Command(tag))) => {
+                let mut parts = tag.rsplitn(2, ' ');
+                let last = parts.next().unwrap_or_default();
+                let t = match (parts.next(), last.parse::<usize>()) {
+                    (Some(head), Ok(n)) => {
+                        pgwire::api::results::Tag::new(head.trim_end_matches(" 0")).with_rows(n)
+                    }
+                    _ => pgwire::api::results::Tag::new(&tag),
+                };
+                Ok(Response::Execution(t))
+            }
+            Some(Ok(_)) => Err(user_error(&SqlError::unsupported(
+                "COPY through the extended query protocol is not supported; send it as a simple query",
+            ))),
+        }
+    }
+}
+
+fn unsupported_parameters() -> PgWireError {
+    user_error(&SqlError::unsupported(
+        "statements with $n parameters are not supported by RockLake's server yet; send the \
+         statement with its values as a simple query",
+    ))
+}
+
+/// The ParameterStatus values PostgreSQL 15 sends after authentication.
+#[derive(Debug)]
+pub(crate) struct Params {
+    pub(crate) read_only: bool,
+}
+
+impl ServerParameterProvider for Params {
+    fn server_parameters<C>(&self, client: &C) -> Option<HashMap<String, String>>
+    where
+        C: ClientInfo,
+    {
+        let md = client.metadata();
+        let user = md.get("user").cloned().unwrap_or_default();
+        let mut p = HashMap::new();
+        p.insert(
+            "application_name".into(),
+            md.get("application_name").cloned().unwrap_or_default(),
+        );
+        p.insert("client_encoding".into(), "UTF8".into());
+        p.insert("DateStyle".into(), "ISO, MDY".into());
+        p.insert(
+            "default_transaction_read_only".into(),
+            if self.read_only { "on" } else { "off" }.into(),
+        );
+        p.insert("in_hot_standby".into(), "off".into());
+        p.insert("integer_datetimes".into(), "on".into());
+        p.insert("IntervalStyle".into(), "postgres".into());
+        p.insert("is_superuser".into(), "off".into());
+        p.insert("server_encoding".into(), "UTF8".into());
+        p.insert(
+            "server_version".into(),
+            rocklake_sql::pg::SERVER_VERSION.into(),
+        );
+        p.insert("session_authorization".into(), user);
+        p.insert("standard_conforming_strings".into(), "on".into());
+        p.insert("TimeZone".into(), "Etc/UTC".into());
+        Some(p)
+    }
+}
+
+/// Startup without a password (loopback only, checked when the server starts).
+pub(crate) struct TrustStartup {
+    pub(crate) params: Arc<Params>,
+    pub(crate) manager: Arc<ConnectionManager>,
+    pub(crate) pids: Arc<RandomPidSecretKeyGenerator>,
+}
+
+#[async_trait]
+impl StartupHandler for TrustStartup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let PgWireFrontendMessage::Startup(ref startup) = message {
+            protocol_negotiation(client, startup).await?;
+            save_startup_parameters_to_metadata(client, startup);
+            let (pid, key) = self.pids.generate(client);
+            client.set_pid_and_secret_key(pid, key.clone());
+            let (handle, guard) = self.manager.register(pid, key);
+            client
+                .session_extensions()
+                .insert::<Arc<ConnectionHandle>>(handle);
+            client.session_extensions().insert(guard);
+            finish_authentication(client, self.params.as_ref()).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything one connection needs, as pgwire asks for it.
+pub(crate) struct Handlers {
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) params: Arc<Params>,
+    pub(crate) manager: Arc<ConnectionManager>,
+    pub(crate) pids: Arc<RandomPidSecretKeyGenerator>,
+    pub(crate) password: Option<Arc<crate::auth::PasswordSource>>,
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.conn.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.conn.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.conn.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(crate::auth::Startup {
+            trust: TrustStartup {
+                params: self.params.clone(),
+                manager: self.manager.clone(),
+                pids: self.pids.clone(),
+            },
+            scram: self.password.as_ref().map(|p| {
+                let mut scram = ScramAuth::new(p.clone());
+                scram.set_iterations(crate::auth::ITERATIONS);
+                SASLAuthStartupHandler::new(self.params.clone())
+                    .with_scram(scram)
+                    .with_connection_manager(self.manager.clone())
+            }),
+        })
+    }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::new(pgwire::api::cancel::DefaultCancelHandler::new(
+            self.manager.clone(),
+        ))
+    }
+}
+
+impl Conn {
+    /// Tell the session the client's database name, once (the startup parameters are only
+    /// known after authentication, whichever way it went).
+    async fn name_database<C: ClientInfo>(&self, client: &C, session: &mut Session) {
+        if self.named.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let md = client.metadata();
+        let db = md
+            .get("database")
+            .or_else(|| md.get("user"))
+            .cloned()
+            .unwrap_or_default();
+        session.set_database(&db);
+        tracing::info!(
+            peer = %self.peer,
+            user = md.get("user").map(String::as_str).unwrap_or(""),
+            database = %db,
+            "connection"
+        );
+    }
+}

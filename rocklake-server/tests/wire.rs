@@ -1,0 +1,567 @@
+//! The server on the wire, on real engines in real folders: message by message beside a live
+//! PostgreSQL 15 where one is given (`ROCKLAKE_TEST_PG`; CI always gives one), and on its own
+//! for what needs no reference (auth, COPY round trips, races, bad input, fencing, shutdown).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{connect, kinds, pg_fresh_db, pg_url, serve, serve_url, Msg, Raw};
+use rand::{Rng, SeedableRng};
+use rocklake_server::ServerOptions;
+
+const SETUP: &str = "\
+CREATE TABLE t (a BIGINT PRIMARY KEY, i INTEGER, s SMALLINT, b BOOLEAN, v VARCHAR, x TEXT, \
+  u UUID, tz TIMESTAMPTZ, ts TIMESTAMP, d DATE, tm TIME, by BYTEA, f DOUBLE PRECISION, r REAL, \
+  n NUMERIC(18,3));
+INSERT INTO t VALUES \
+  (1, 2, 3, true, 'héllo', 'two words', '01a2299c-f7b9-7b05-a991-ec06f4a6b25c', \
+   '2026-11-29 23:21:17.336452+00', '1999-12-31 23:59:59', '1970-01-01', '12:34:56.789', \
+   '\\xdeadbeef', 1.5, 2.25, 12345.678), \
+  (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), \
+  (3, -2147483648, -32768, false, '', 'back\\slash \"q\"', '00000000-0000-0000-0000-000000000000', \
+   '1900-01-01 00:00:00+00', '2100-06-30 12:00:00.5', '2000-01-01', '00:00:00', '\\x', \
+   -0.25, 1e20, -0.001), \
+  (4, 7, 7, true, 'x', 'y', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '2000-01-01 00:00:00+00', \
+   '2000-01-01 00:00:00', '1999-12-31', '23:59:59.999999', '\\x00ff', 1e-7, -3.5, 100000000);";
+
+/// The queries whose every backend message must match PostgreSQL's.
+const QUERIES: &[&str] = &[
+    "COPY (SELECT * FROM t ORDER BY a) TO STDOUT (FORMAT binary)",
+    "COPY (SELECT ctid, a, v FROM t ORDER BY a) TO STDOUT (FORMAT \"binary\")",
+    "COPY (SELECT * FROM t ORDER BY a) TO STDOUT",
+    "SELECT * FROM t ORDER BY a",
+    "SELECT count(*), max(a), min(v) FROM t",
+    "SELECT a FROM t WHERE a IN (1, 3) AND v IS NOT NULL ORDER BY a",
+    "SELECT NULL",
+    "COPY (SELECT NULL FROM t LIMIT 1) TO STDOUT (FORMAT binary)",
+    "SELECT 1; SELECT 'two'",
+    "",
+    "SELECT nope FROM t",
+    "SELECT 1/0",
+    "INSERT INTO t (a) VALUES (1)",
+];
+
+/// A RowDescription with the table oid and column number of each field zeroed (a table's
+/// oid is the server's own choice).
+fn masked(m: &Msg) -> Msg {
+    if m.kind != b'T' {
+        return m.clone();
+    }
+    let mut body = m.body.clone();
+    let n = u16::from_be_bytes([body[0], body[1]]) as usize;
+    let mut i = 2;
+    for _ in 0..n {
+        i += body[i..].iter().position(|b| *b == 0).unwrap() + 1;
+        body[i..i + 6].fill(0);
+        i += 18;
+    }
+    Msg { kind: b'T', body }
+}
+
+/// The rows of a simple query's answer, as text.
+fn rows_of(msgs: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<String>> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The messages of a reply without the parts that are the server's own: an error's text
+/// beyond its SQLSTATE (PostgreSQL's source file and line fields, and wording).
+fn comparable(msgs: &[Msg]) -> Vec<String> {
+    msgs.iter()
+        .map(|m| match m.kind {
+            b'E' => format!("E {}", m.field(b'C').unwrap_or_default()),
+            _ => {
+                let m = masked(m);
+                format!("{} {:02x?}", m.kind as char, m.body)
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_message_matches_postgres() {
+    let Some(pg) = pg_url() else { return };
+    let pg = pg_fresh_db(&pg, "rocklake_wire").await;
+    let (mut theirs, _) = Raw::connect(common::host_port(&pg), "postgres", "rocklake_wire").await;
+    let setup = theirs.query(SETUP).await;
+    assert_eq!(kinds(&setup), "C C Z", "{setup:?}");
+    for engine in common::engines() {
+        let server = serve(engine, ServerOptions::default()).await;
+        let (mut ours, hello) = Raw::connect(server.addr, "duck", "lake").await;
+        // Startup: AuthenticationOk, PostgreSQL 15's parameters, BackendKeyData, ReadyForQuery.
+        assert_eq!(hello[0].kind, b'R');
+        let params: Vec<String> = hello
+            .iter()
+            .filter(|m| m.kind == b'S')
+            .map(|m| {
+                String::from_utf8_lossy(&m.body)
+                    .split('\0')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        for p in [
+            "server_version",
+            "DateStyle",
+            "integer_datetimes",
+            "TimeZone",
+            "client_encoding",
+        ] {
+            assert!(
+                params.iter().any(|x| x == p),
+                "{engine}: no {p} in {params:?}"
+            );
+        }
+        assert!(hello.iter().any(|m| m.kind == b'K'));
+        assert_eq!(hello.last().unwrap().status(), Some('I'));
+        let setup = ours.query(SETUP).await;
+        assert_eq!(kinds(&setup), "C C Z", "{engine}: {setup:?}");
+        for q in QUERIES {
+            let a = comparable(&theirs.query(q).await);
+            let b = comparable(&ours.query(q).await);
+            assert_eq!(b, a, "{engine}: {q}");
+        }
+        // Transaction status across a failed block, and what an aborted block answers.
+        for q in [
+            "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            "SELECT count(*) FROM t",
+            "SELECT 1/0",
+            "SELECT 1",
+            "COMMIT",
+            "BEGIN; INSERT INTO t (a) VALUES (10); SELECT count(*) FROM t",
+            "ROLLBACK",
+            "INSERT INTO t (a) VALUES (11); SELECT 1/0; INSERT INTO t (a) VALUES (12)",
+            "SELECT a FROM t WHERE a >= 10 ORDER BY a",
+            "DISCARD ALL",
+        ] {
+            let a = comparable(&theirs.query(q).await);
+            let b = comparable(&ours.query(q).await);
+            assert_eq!(b, a, "{engine}: {q}");
+        }
+        // Parse + Describe of the unnamed statement, never executed, as DuckDB sends it.
+        for q in [
+            "SELECT a, v, tz, n, u FROM t WHERE a = (SELECT MAX(a) FROM t)",
+            "SELECT count(*) AS n, sum(i) FROM t",
+        ] {
+            let a = comparable(&theirs.parse_describe(q).await);
+            let b = comparable(&ours.parse_describe(q).await);
+            assert_eq!(b, a, "{engine}: describe {q}");
+        }
+        let after = ours.query("SELECT count(*) FROM t").await;
+        assert_eq!(
+            String::from_utf8_lossy(&after[1].body[6..]),
+            "4",
+            "{engine}: Describe ran nothing"
+        );
+        server.stop().await;
+        eprintln!(
+            "{engine}: {} queries, every message as PostgreSQL's",
+            QUERIES.len() + 12
+        );
+    }
+}
+
+/// A binary COPY stream: what our own COPY TO wrote, read back by COPY FROM STDIN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_copy_round_trips_and_bad_copy_data_lands_nothing() {
+    for engine in common::engines() {
+        let server = serve(engine, ServerOptions::default()).await;
+        let (mut c, _) = Raw::connect(server.addr, "duck", "lake").await;
+        assert_eq!(kinds(&c.query(SETUP).await), "C C Z");
+        let create_t2 = SETUP.replace("CREATE TABLE t ", "CREATE TABLE t2 ");
+        c.query(create_t2.split(';').next().unwrap()).await;
+        let out = c
+            .query("COPY (SELECT * FROM t ORDER BY a) TO STDOUT (FORMAT binary)")
+            .await;
+        let data: Vec<u8> = out
+            .iter()
+            .filter(|m| m.kind == b'd')
+            .flat_map(|m| m.body.clone())
+            .collect();
+        assert!(data.starts_with(b"PGCOPY\n\xff\r\n\0"));
+
+        // A truncated stream: refused with its position, nothing lands, the session is idle.
+        let mut b = b"COPY t2 FROM STDIN (FORMAT BINARY)".to_vec();
+        b.push(0);
+        c.send(b'Q', &b).await;
+        let start = c.read().await.unwrap();
+        assert_eq!(start.kind, b'G', "CopyInResponse");
+        c.send(b'd', &data[..data.len() - 7]).await;
+        c.send(b'c', &[]).await;
+        let r = c.until_ready().await;
+        let err = r.iter().find(|m| m.kind == b'E').expect("an error");
+        assert_eq!(
+            err.field(b'C').as_deref(),
+            Some("22P03"),
+            "{:?}",
+            err.field(b'M')
+        );
+        assert_eq!(r.last().unwrap().status(), Some('I'));
+        let n = c.query("SELECT count(*) FROM t2").await;
+        assert_eq!(String::from_utf8_lossy(&n[1].body[6..]), "0");
+
+        // The whole stream, in two pieces across CopyData messages.
+        c.send(b'Q', &b).await;
+        assert_eq!(c.read().await.unwrap().kind, b'G');
+        let (x, y) = data.split_at(25);
+        c.send(b'd', x).await;
+        c.send(b'd', y).await;
+        c.send(b'c', &[]).await;
+        let r = c.until_ready().await;
+        assert_eq!(kinds(&r), "C Z", "{r:?}");
+        assert_eq!(String::from_utf8_lossy(&r[0].body), "COPY 4\0");
+        let back = c
+            .query("COPY (SELECT * FROM t2 ORDER BY a) TO STDOUT (FORMAT binary)")
+            .await;
+        let again: Vec<u8> = back
+            .iter()
+            .filter(|m| m.kind == b'd')
+            .flat_map(|m| m.body.clone())
+            .collect();
+        assert_eq!(again, data, "{engine}: every type read back as written");
+
+        // CopyFail inside a block aborts the block, as in PostgreSQL.
+        c.query("BEGIN").await;
+        c.send(b'Q', &b"COPY t2 (a) FROM STDIN (FORMAT BINARY)\0"[..])
+            .await;
+        assert_eq!(c.read().await.unwrap().kind, b'G');
+        c.send(b'f', b"client gave up\0").await;
+        let r = c.until_ready().await;
+        assert_eq!(r.last().unwrap().status(), Some('E'));
+        assert_eq!(
+            c.query("ROLLBACK").await.last().unwrap().status(),
+            Some('I')
+        );
+        server.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_password_is_required_when_configured_and_trust_stays_on_loopback() {
+    let server = serve(
+        "sled",
+        ServerOptions {
+            password: Some("pencil".into()),
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let ok = connect(&server.url("password=pencil"))
+        .await
+        .expect("right password");
+    let rows = ok.simple_query("SELECT 1").await.unwrap();
+    assert_eq!(rows_of(&rows), vec![vec!["1".to_string()]]);
+    let wrong = connect(&server.url("password=eraser"))
+        .await
+        .expect_err("wrong password refused");
+    assert_eq!(
+        wrong.as_db_error().map(|d| d.code().code()),
+        Some("28P01"),
+        "{wrong:?}"
+    );
+    let none = connect(&server.url(""))
+        .await
+        .expect_err("no password refused");
+    eprintln!("without a password: {none}");
+    server.stop().await;
+
+    let backend = rocklake::open("model://").await.unwrap();
+    let db = rocklake_sql::Database::open(rocklake_core::Keyspace::open(backend).await.unwrap())
+        .await
+        .unwrap();
+    let e = rocklake_server::Server::bind(
+        db,
+        ServerOptions {
+            listen: "0.0.0.0:0".parse().unwrap(),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("without a password"), "{e}");
+}
+
+/// Eight connections race to commit the same primary keys: exactly one wins each, the others
+/// get PostgreSQL's 23505 and nothing of theirs lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_connections_one_commit_wins_each_key() {
+    for engine in common::engines() {
+        let server = serve(engine, ServerOptions::default()).await;
+        let c = connect(&server.url("")).await.unwrap();
+        c.batch_execute("CREATE TABLE snap (id BIGINT PRIMARY KEY, who BIGINT, note VARCHAR)")
+            .await
+            .unwrap();
+        let keys = 40u64;
+        let mut tasks = Vec::new();
+        for w in 0..8u64 {
+            let url = server.url("");
+            tasks.push(tokio::spawn(async move {
+                let c = connect(&url).await.unwrap();
+                let mut won = Vec::new();
+                for k in 0..keys {
+                    let r = c
+                        .batch_execute(&format!(
+                            "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ; \
+                             INSERT INTO snap VALUES ({k}, {w}, 'a'); \
+                             INSERT INTO snap VALUES ({}, {w}, 'b')",
+                            1000 + k
+                        ))
+                        .await;
+                    let r = match r {
+                        Ok(()) => c.batch_execute("COMMIT").await,
+                        Err(e) => Err(e),
+                    };
+                    match r {
+                        Ok(()) => won.push(k),
+                        Err(e) => {
+                            let code = e.as_db_error().map(|d| d.code().code().to_string());
+                            assert_eq!(code.as_deref(), Some("23505"), "{e}");
+                            c.batch_execute("ROLLBACK").await.unwrap();
+                        }
+                    }
+                }
+                (w, won)
+            }));
+        }
+        let mut winners = std::collections::BTreeMap::new();
+        for t in tasks {
+            let (w, won) = t.await.unwrap();
+            for k in won {
+                assert!(
+                    winners.insert(k, w).is_none(),
+                    "{engine}: key {k} won twice"
+                );
+            }
+        }
+        assert_eq!(
+            winners.len() as u64,
+            keys,
+            "{engine}: every key has a winner"
+        );
+        let rows = c
+            .simple_query("SELECT id, who FROM snap ORDER BY id")
+            .await
+            .unwrap();
+        let rows: Vec<(u64, u64)> = rows
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some((
+                    r.get(0).unwrap().parse().unwrap(),
+                    r.get(1).unwrap().parse().unwrap(),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            rows.len() as u64,
+            2 * keys,
+            "{engine}: both rows of each winner, no others"
+        );
+        for (id, who) in rows {
+            assert_eq!(
+                winners[&(id % 1000)],
+                who,
+                "{engine}: row {id} is its winner's"
+            );
+        }
+        server.stop().await;
+    }
+}
+
+/// Random and garbled messages, before and after startup: an ErrorResponse or a closed
+/// connection, never a panic, and the server goes on serving others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbled_messages_never_take_the_server_down() {
+    static PANICKED: AtomicBool = AtomicBool::new(false);
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.store(true, Ordering::SeqCst);
+        prev(info);
+    }));
+    let server = serve("sled", ServerOptions::default()).await;
+    let seed: u64 = std::env::var("ROCKLAKE_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261201);
+    let cases: usize = std::env::var("ROCKLAKE_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let kinds_sent = [
+        b'Q', b'P', b'B', b'D', b'E', b'S', b'd', b'c', b'f', b'X', b'H', b'C', b'p', b'F', 0, 0xff,
+    ];
+    let statements = [
+        "SELECT 1",
+        "COPY (SELECT 1) TO STDOUT (FORMAT binary)",
+        "COPY t FROM STDIN (FORMAT BINARY)",
+        "BEGIN",
+        "SELECT * FROM pg_class",
+        "CREATE TABLE t (a BIGINT)",
+        "INSERT INTO t VALUES (1)",
+    ];
+    let mut closed = 0;
+    let mut errors = 0;
+    for case in 0..cases {
+        if case % 3 == 0 {
+            // Before startup: any bytes at all.
+            let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+            let n = rng.random_range(0..64);
+            let bytes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = s.write_all(&bytes).await;
+            let mut buf = [0u8; 256];
+            let _ = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
+            closed += 1;
+            continue;
+        }
+        let (mut c, _) = Raw::connect(server.addr, "fuzz", "lake").await;
+        for _ in 0..rng.random_range(1..6) {
+            let kind = kinds_sent[rng.random_range(0..kinds_sent.len())];
+            let body: Vec<u8> = if rng.random_bool(0.5) {
+                let mut s = statements[rng.random_range(0..statements.len())]
+                    .as_bytes()
+                    .to_vec();
+                // Cut or corrupt the text now and then.
+                if rng.random_bool(0.3) && !s.is_empty() {
+                    let at = rng.random_range(0..s.len());
+                    s.truncate(at);
+                }
+                if rng.random_bool(0.7) {
+                    s.push(0);
+                }
+                s
+            } else {
+                (0..rng.random_range(0..40)).map(|_| rng.random()).collect()
+            };
+            if rng.random_bool(0.1) {
+                // A length word that lies.
+                let mut m = vec![kind];
+                m.extend_from_slice(&(rng.random_range(0u32..100)).to_be_bytes());
+                m.extend_from_slice(&body);
+                if c.send_raw(&m).await.is_err() {
+                    break;
+                }
+            } else {
+                let mut m = vec![kind];
+                m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+                m.extend_from_slice(&body);
+                if c.send_raw(&m).await.is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = c.send_raw(&[b'S', 0, 0, 0, 4]).await;
+        loop {
+            match tokio::time::timeout(Duration::from_millis(300), c.read()).await {
+                Ok(Some(m)) => {
+                    if m.kind == b'E' {
+                        errors += 1;
+                    }
+                }
+                Ok(None) => {
+                    closed += 1;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        // The server still serves a well-behaved client.
+        let ok = connect(&server.url("")).await.unwrap();
+        let rows = ok.simple_query("SELECT 1").await.unwrap();
+        assert_eq!(rows_of(&rows), vec![vec!["1".to_string()]], "case {case}");
+    }
+    server.stop().await;
+    assert!(
+        !PANICKED.load(Ordering::SeqCst),
+        "a connection panicked (seed {seed})"
+    );
+    eprintln!("{cases} garbled cases (seed {seed}): {errors} ErrorResponses, {closed} connections closed, no panic");
+}
+
+/// A second server on the same SlateDB folder fences the first: its clients get a clear
+/// error, and nothing they send lands after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_server_on_the_same_store_fences_the_older() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let first = serve_url(&url, ServerOptions::default()).await;
+    let a = connect(&first.url("")).await.unwrap();
+    a.batch_execute("CREATE TABLE k (id BIGINT PRIMARY KEY); INSERT INTO k VALUES (1)")
+        .await
+        .unwrap();
+    let second = serve_url(&url, ServerOptions::default()).await;
+    let e = a
+        .batch_execute("INSERT INTO k VALUES (2)")
+        .await
+        .expect_err("the fenced server refuses the commit");
+    let db = e.as_db_error().expect("an ErrorResponse");
+    assert_eq!(db.code().code(), "57P01", "{db:?}");
+    assert!(db.message().contains("fenced"), "{}", db.message());
+    let b = connect(&second.url("")).await.unwrap();
+    let rows = b
+        .simple_query("SELECT id FROM k ORDER BY id")
+        .await
+        .unwrap();
+    let ids: Vec<String> = rows
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap().to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, vec!["1"]);
+    first.stop().await;
+    second.stop().await;
+}
+
+/// Stopping the server rolls back what is open and keeps what was committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_rolls_back_open_transactions() {
+    for engine in common::engines() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("{engine}://{}", dir.path().display());
+        let server = serve_url(
+            &url,
+            ServerOptions {
+                grace: Duration::from_millis(300),
+                ..ServerOptions::default()
+            },
+        )
+        .await;
+        let c = connect(&server.url("")).await.unwrap();
+        c.batch_execute("CREATE TABLE k (id BIGINT PRIMARY KEY); INSERT INTO k VALUES (1)")
+            .await
+            .unwrap();
+        c.batch_execute("BEGIN; INSERT INTO k VALUES (2)")
+            .await
+            .unwrap();
+        let db = server.db.clone();
+        server.stop().await;
+        db.close().await.unwrap();
+        drop(db);
+        drop(c);
+        let again = serve_url(&url, ServerOptions::default()).await;
+        let c = connect(&again.url("")).await.unwrap();
+        let rows = c.simple_query("SELECT id FROM k").await.unwrap();
+        let n = rows
+            .iter()
+            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+            .count();
+        assert_eq!(n, 1, "{engine}: the open transaction landed nothing");
+        again.stop().await;
+        let _ = Arc::new(());
+    }
+}
