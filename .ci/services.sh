@@ -49,3 +49,15 @@ stop_services() {
 }
 trap stop_services EXIT
 export ROCKLAKE_TEST_PG="host=127.0.0.1 port=$pg_port user=postgres dbname=postgres"
+
+# Stock DuckDB 1.5.5 with the DuckLake, postgres and httpfs extensions from their pip packages,
+# for the end-to-end suite (e2e/, run by `cargo test` through rocklake-cli's tests/e2e.rs).
+duck_venv="${ROCKLAKE_DUCK_VENV:-$HOME/.cache/rocklake/duckdb-venv}"
+if ! "$duck_venv/bin/python" -c 'import duckdb, duckdb_extensions; assert duckdb.__version__ == "1.5.5"' 2>/dev/null; then
+  step "installing DuckDB 1.5.5 and its extension packages into $duck_venv"
+  python3 -m venv "$duck_venv"
+  "$duck_venv/bin/pip" install -q --disable-pip-version-check -r e2e/requirements.txt
+fi
+duck_ext="${ROCKLAKE_DUCK_EXT:-$HOME/.cache/rocklake/duckdb-ext}"
+"$duck_venv/bin/python" e2e/setup_ext.py "$duck_ext"
+export ROCKLAKE_E2E_PYTHON="$duck_venv/bin/python" ROCKLAKE_E2E_EXT="$duck_ext"

@@ -1,0 +1,164 @@
+//! Stock DuckDB 1.5.5 with DuckLake through `rocklake serve`, on every engine built in, side by
+//! side with PostgreSQL 15: the Python suite in `e2e/` (see its scripts for what each step
+//! does), run with this package's `rocklake` binary.
+//!
+//! It needs a Python with `duckdb==1.5.5` and the extension packages (`ROCKLAKE_E2E_PYTHON`),
+//! an extension folder (`ROCKLAKE_E2E_EXT`) and a PostgreSQL (`ROCKLAKE_TEST_PG`); `.ci/run`
+//! provides all three. Without them the tests say NOT RUN, and fail in CI.
+//! `ROCKLAKE_E2E_CRASH_ROUNDS` sets the SIGKILL rounds per engine (default 5).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One suite at a time: each starts servers and DuckDB processes of its own.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+struct Env {
+    python: String,
+    ext: String,
+    pg: String,
+}
+
+fn env() -> Option<Env> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match (
+        get("ROCKLAKE_E2E_PYTHON"),
+        get("ROCKLAKE_E2E_EXT"),
+        get("ROCKLAKE_TEST_PG"),
+    ) {
+        (Some(python), Some(ext), Some(pg)) => Some(Env { python, ext, pg }),
+        _ if std::env::var_os("CI").is_some() => panic!(
+            "CI must provide ROCKLAKE_E2E_PYTHON, ROCKLAKE_E2E_EXT and ROCKLAKE_TEST_PG (.ci/run \
+             sets them up)"
+        ),
+        _ => {
+            eprintln!(
+                "NOT RUN: the DuckDB end-to-end suite needs ROCKLAKE_E2E_PYTHON, ROCKLAKE_E2E_EXT \
+                 and ROCKLAKE_TEST_PG (see .ci/run)"
+            );
+            None
+        }
+    }
+}
+
+/// The engines this build of the command has.
+fn engines() -> Vec<&'static str> {
+    let mut v = vec![];
+    if cfg!(feature = "slatedb") {
+        v.push("slatedb");
+    }
+    if cfg!(feature = "sled") {
+        v.push("sled");
+    }
+    if cfg!(feature = "rocksdb") {
+        v.push("rocksdb");
+    }
+    v
+}
+
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../e2e")
+        .join(name)
+}
+
+/// Run a script of the suite; its output goes to the test's output; fail on a non-zero exit.
+fn run(env: &Env, name: &str, args: &[String]) {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let started = std::time::Instant::now();
+    let out = Command::new(&env.python)
+        .arg(script(name))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} {name}: {e}", env.python));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    println!("{name}: {:.1} s", started.elapsed().as_secs_f64());
+    assert!(out.status.success(), "{name} failed ({}):\n{stdout}\n{stderr}", out.status);
+}
+
+fn common_args(env: &Env) -> Vec<String> {
+    let mut a = vec![
+        "--rocklake-bin".to_string(),
+        env!("CARGO_BIN_EXE_rocklake").to_string(),
+        "--ext-dir".to_string(),
+        env.ext.clone(),
+    ];
+    for e in engines() {
+        a.push("--engine".into());
+        a.push(e.into());
+    }
+    a
+}
+
+#[test]
+fn duckdb_workload_answers_as_on_postgres() {
+    let Some(env) = env() else { return };
+    let mut args = common_args(&env);
+    args.extend(["--pg-dsn".to_string(), env.pg.clone()]);
+    run(&env, "run.py", &args);
+}
+
+#[test]
+fn duckdb_workload_with_s3_data_and_a_catalog_on_s3() {
+    let Some(env) = env() else { return };
+    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must provide the S3 emulator (AWS_ENDPOINT_URL)"
+        );
+        eprintln!("NOT RUN: the S3 variant needs AWS_ENDPOINT_URL (a local S3 emulator)");
+        return;
+    }
+    if !cfg!(feature = "slatedb") {
+        return;
+    }
+    let nonce: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let args = vec![
+        "--rocklake-bin".to_string(),
+        env!("CARGO_BIN_EXE_rocklake").to_string(),
+        "--ext-dir".to_string(),
+        env.ext.clone(),
+        "--pg-dsn".to_string(),
+        env.pg.clone(),
+        "--s3".to_string(),
+        "--engine-url".to_string(),
+        format!("s3://rocklake-test/e2e-catalog-{nonce:x}"),
+    ];
+    run(&env, "run.py", &args);
+}
+
+#[test]
+fn eight_duckdb_writers_lose_no_commit() {
+    let Some(env) = env() else { return };
+    let mut args = common_args(&env);
+    args.extend(["--seconds".to_string(), "15".to_string()]);
+    run(&env, "concurrency.py", &args);
+}
+
+#[test]
+fn sigkill_during_commits_keeps_exactly_the_reported_commits() {
+    let Some(env) = env() else { return };
+    let rounds = std::env::var("ROCKLAKE_E2E_CRASH_ROUNDS").unwrap_or_else(|_| "5".into());
+    for engine in engines() {
+        let args = vec![
+            "--rocklake-bin".to_string(),
+            env!("CARGO_BIN_EXE_rocklake").to_string(),
+            "--ext-dir".to_string(),
+            env.ext.clone(),
+            "--engine".to_string(),
+            engine.to_string(),
+            "--rounds".to_string(),
+            rounds.clone(),
+            "--seed".to_string(),
+            "20261201".to_string(),
+        ];
+        run(&env, "crash.py", &args);
+    }
+}
