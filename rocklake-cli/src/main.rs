@@ -1,8 +1,10 @@
 //! The `rocklake` command (package `rocklake-cli`): create, inspect, verify and exercise
 //! RockLake catalogs.
 //!
-//! Run without a subcommand it does RockLake's main job on the embedded default: it qualifies
-//! the engines compiled in (the conformance suite on a local folder and in memory).
+//! Run without a subcommand it does RockLake's main job on the embedded default: it serves a
+//! DuckLake catalog kept in SlateDB on a local folder over the PostgreSQL wire protocol, and
+//! prints the ATTACH line to paste into DuckDB. `rocklake conformance` qualifies the engines,
+//! `rocklake bench` measures them.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -205,13 +207,24 @@ async fn main() -> ExitCode {
 
 type CliResult = Result<ExitCode, Error>;
 
-/// The main job on the embedded default: qualify the compiled engines, then a quick benchmark.
-async fn main_job(json: bool) -> CliResult {
-    let code = cmd::conformance::qualify(json).await?;
-    if code != ExitCode::SUCCESS {
-        return Ok(code);
-    }
-    cmd::bench::run(vec![], vec![], true, None, json).await
+/// RockLake's main job on the embedded default: serve a catalog in SlateDB on a local folder
+/// (`./rocklake-lake/catalog`, data files beside it in `./rocklake-lake/data/`) on
+/// 127.0.0.1:5433, and print the ATTACH line for DuckDB.
+async fn main_job(_json: bool) -> CliResult {
+    let cwd = std::env::current_dir()
+        .map_err(|e| Error::InvalidArgument(format!("no current folder: {e}")))?;
+    let root = cwd.join("rocklake-lake");
+    let catalog = root.join("catalog");
+    std::fs::create_dir_all(&catalog)
+        .map_err(|e| Error::InvalidArgument(format!("cannot create {}: {e}", catalog.display())))?;
+    cmd::serve::run(cmd::serve::ServeArgs {
+        url: format!("file://{}", catalog.display()),
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 5433)),
+        password_file: None,
+        read_only: false,
+        data_path: Some(format!("{}/", root.join("data").display())),
+    })
+    .await
 }
 
 fn print(json: bool, value: serde_json::Value, text: impl FnOnce() -> String) {

@@ -199,3 +199,46 @@ fn conformance_command_qualifies_memory_and_a_folder_and_refuses_data() {
     let (success, _, err) = rocklake(&["conformance", &used]);
     assert!(!success && err.contains("--clear"), "{err}");
 }
+
+/// The main job (no subcommand): a server on the embedded default that prints the line to
+/// paste into DuckDB, and stops cleanly on SIGTERM.
+#[test]
+fn main_job_serves_a_local_catalog_and_prints_the_attach_line() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rocklake"))
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut attach = None;
+    for line in lines.by_ref().take(10) {
+        let line = line.unwrap();
+        if line.trim_start().starts_with("ATTACH") {
+            attach = Some(line);
+            break;
+        }
+    }
+    let attach = attach.expect("an ATTACH line");
+    let data = dir.path().join("rocklake-lake").join("data");
+    assert!(
+        attach.contains("ATTACH 'ducklake:postgres:host=127.0.0.1 port=5433 dbname=lake"),
+        "{attach}"
+    );
+    assert!(
+        attach.contains(&format!("DATA_PATH '{}/'", data.display())),
+        "{attach}"
+    );
+    assert!(dir.path().join("rocklake-lake").join("catalog").is_dir());
+    let stream = std::net::TcpStream::connect("127.0.0.1:5433").expect("listening");
+    drop(stream);
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "stopped cleanly on SIGTERM: {status:?}");
+}

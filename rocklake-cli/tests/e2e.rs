@@ -77,7 +77,11 @@ fn run(env: &Env, name: &str, args: &[String]) {
     println!("{stdout}");
     eprintln!("{stderr}");
     println!("{name}: {:.1} s", started.elapsed().as_secs_f64());
-    assert!(out.status.success(), "{name} failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
 }
 
 fn common_args(env: &Env) -> Vec<String> {

@@ -117,11 +117,8 @@ pub async fn run(
     run_targets(vec![target], json).await
 }
 
-/// The main job: qualify every compiled engine on a local folder and in memory.
-pub async fn qualify(json: bool) -> Result<ExitCode, Error> {
-    qualify_with(20, json).await
-}
-
+/// `rocklake conformance` without a URL: qualify every compiled engine on a local folder and
+/// in memory.
 async fn qualify_with(crash_rounds: usize, json: bool) -> Result<ExitCode, Error> {
     let mut targets = vec![Target::ephemeral("model", "model://", opener())];
     let engines = rocklake::engines();

@@ -67,7 +67,7 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         args.url,
         if args.read_only { " (read-only)" } else { "" }
     );
-    println!("In DuckDB (with the ducklake and postgres extensions):");
+    println!("Paste into DuckDB 1.5 (after INSTALL ducklake; INSTALL postgres; once):");
     println!(
         "  ATTACH 'ducklake:postgres:host={} port={} dbname=lake user=duck{auth}' AS lake (DATA_PATH '{data}');",
         addr.ip(),
