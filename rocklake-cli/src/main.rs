@@ -166,6 +166,12 @@ enum Command {
         /// The DATA_PATH shown in the printed ATTACH line.
         #[arg(long)]
         data_path: Option<String>,
+        /// PEM certificate chain: clients that ask for TLS (sslmode=require) get it.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// PEM private key of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
     },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
@@ -223,6 +229,7 @@ async fn main_job(_json: bool) -> CliResult {
         password_file: None,
         read_only: false,
         data_path: Some(format!("{}/", root.join("data").display())),
+        tls: None,
     })
     .await
 }
@@ -297,6 +304,8 @@ async fn run(command: Command, json: bool) -> CliResult {
             password_file,
             read_only,
             data_path,
+            tls_cert,
+            tls_key,
         } => {
             cmd::serve::run(cmd::serve::ServeArgs {
                 url,
@@ -304,6 +313,7 @@ async fn run(command: Command, json: bool) -> CliResult {
                 password_file,
                 read_only,
                 data_path,
+                tls: tls_cert.zip(tls_key),
             })
             .await
         }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pgwire::api::{ConnectionManager, RandomPidSecretKeyGenerator};
+use pgwire::tokio::tokio_rustls::{self, rustls};
 use rocklake_sql::Database;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -44,6 +45,9 @@ pub struct ServerOptions {
     /// How long open connections get to finish when the server stops, before their open
     /// transactions are rolled back.
     pub grace: Duration,
+    /// TLS for clients that ask for it (`sslmode=require`); `None` answers their SSLRequest
+    /// with `N`. See [`tls_config`].
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ServerOptions {
@@ -53,8 +57,38 @@ impl Default for ServerOptions {
             password: None,
             read_only: false,
             grace: Duration::from_secs(5),
+            tls: None,
         }
     }
+}
+
+/// A TLS configuration from a PEM certificate chain and a PEM private key.
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: &std::path::Path, e: &dyn std::fmt::Display| {
+        ServerError::Tls(format!("{}: {e}", what.display()))
+    };
+    let certs = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| bad(cert, &e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(cert, &e))?;
+    if certs.is_empty() {
+        return Err(bad(cert, &"no certificate in the file"));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(key, &e))?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| ServerError::Tls(e.to_string()))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key_der)
+    .map_err(|e| ServerError::Tls(format!("{} and {}: {e}", cert.display(), key.display())))?;
+    Ok(Arc::new(config))
 }
 
 /// Why a server did not start.
@@ -66,6 +100,9 @@ pub enum ServerError {
          --password-file) or listen on 127.0.0.1"
     )]
     TrustOffLoopback(SocketAddr),
+    /// The certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -138,6 +175,11 @@ impl Server {
         let params = Arc::new(handler::Params {
             read_only: self.options.read_only,
         });
+        let tls = self
+            .options
+            .tls
+            .clone()
+            .map(tokio_rustls::TlsAcceptor::from);
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
         tracing::info!(listen = %self.local_addr(), "serving");
@@ -167,6 +209,7 @@ impl Server {
                         password: self.password.clone(),
                     };
                     let password = self.password.is_some();
+                    let tls = tls.clone();
                     tasks.spawn(async move {
                         // pgwire reads from one end of a socket pair; the relay checks every
                         // message the client sends before passing it on (see `relay`).
@@ -177,7 +220,7 @@ impl Server {
                                 return;
                             }
                         };
-                        let checked = relay::relay(socket, outer, password);
+                        let checked = relay::relay(socket, outer, password, tls);
                         let served = pgwire::tokio::process_socket_unix(inner, handlers);
                         let (r, s) = tokio::join!(checked, served);
                         if let Err(e) = r.and(s) {

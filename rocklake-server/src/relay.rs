@@ -9,7 +9,8 @@
 
 use std::io;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use pgwire::tokio::tokio_rustls;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 /// The largest message accepted (PostgreSQL's own limit is 1 GiB; catalog traffic is far
@@ -22,54 +23,104 @@ const CANCEL_REQUEST: u32 = 80_877_102;
 /// Why a message was refused.
 struct Bad(String);
 
+/// TLS for connections whose client asks for it (an SSLRequest); `None` answers `N`.
+pub(crate) type Tls = Option<tokio_rustls::TlsAcceptor>;
+
 /// Relay `tcp` to `inner` (pgwire's end) until either side closes.
-pub(crate) async fn relay(mut tcp: TcpStream, inner: UnixStream, password: bool) -> io::Result<()> {
-    let (mut inner_read, mut inner_write) = inner.into_split();
-    // Startup: any number of SSL/GSS requests, then a startup packet or a cancel request.
+pub(crate) async fn relay(
+    mut tcp: TcpStream,
+    inner: UnixStream,
+    password: bool,
+    tls: Tls,
+) -> io::Result<()> {
+    match startup(&mut tcp, &tls).await? {
+        Start::Plain(first) => serve(tcp, inner, password, first).await,
+        Start::Tls => {
+            let Some(acceptor) = tls else { return Ok(()) };
+            let mut stream = match acceptor.accept(tcp).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::info!(error = %e, "TLS handshake failed");
+                    return Ok(());
+                }
+            };
+            // After the handshake the client starts up again, inside TLS.
+            match startup(&mut stream, &None).await? {
+                Start::Plain(first) => serve(stream, inner, password, first).await,
+                Start::Tls | Start::Done => Ok(()),
+            }
+        }
+        Start::Done => {
+            // A cancel request: hand it to pgwire and close.
+            Ok(())
+        }
+    }
+}
+
+/// How a connection's startup went.
+enum Start {
+    /// A startup packet to pass on (length word and body).
+    Plain(Vec<u8>),
+    /// The client asked for TLS and was told `S`: the handshake comes next.
+    Tls,
+    /// Nothing more to relay (refused, closed, or a cancel request already passed on).
+    Done,
+}
+
+/// Startup: any number of SSL/GSS requests, then a startup packet or a cancel request.
+async fn startup<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, tls: &Tls) -> io::Result<Start> {
     loop {
         let mut len = [0u8; 4];
-        if tcp.read_exact(&mut len).await.is_err() {
-            return Ok(());
+        if s.read_exact(&mut len).await.is_err() {
+            return Ok(Start::Done);
         }
         let len = u32::from_be_bytes(len) as usize;
         if !(8..=10_000).contains(&len) {
-            return fatal(
-                &mut tcp,
-                &format!("invalid length of startup packet: {len}"),
-            )
-            .await;
+            fatal(s, &format!("invalid length of startup packet: {len}")).await?;
+            return Ok(Start::Done);
         }
         let mut body = vec![0u8; len - 4];
-        tcp.read_exact(&mut body).await?;
+        s.read_exact(&mut body).await?;
         let code = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+        let mut packet = (len as u32).to_be_bytes().to_vec();
+        packet.extend_from_slice(&body);
         match code {
+            SSL_REQUEST if len == 8 && tls.is_some() => {
+                s.write_all(b"S").await?;
+                return Ok(Start::Tls);
+            }
             SSL_REQUEST | GSSENC_REQUEST if len == 8 => {
-                tcp.write_all(b"N").await?;
+                s.write_all(b"N").await?;
             }
-            CANCEL_REQUEST if len == 16 => {
-                inner_write.write_all(&(len as u32).to_be_bytes()).await?;
-                inner_write.write_all(&body).await?;
-                inner_write.shutdown().await?;
-                return Ok(());
-            }
+            CANCEL_REQUEST if len == 16 => return Ok(Start::Plain(packet)),
             c if c >> 16 == 3 => {
                 if let Err(Bad(why)) = startup_params(&body[4..]) {
-                    return fatal(&mut tcp, &why).await;
+                    fatal(s, &why).await?;
+                    return Ok(Start::Done);
                 }
-                inner_write.write_all(&(len as u32).to_be_bytes()).await?;
-                inner_write.write_all(&body).await?;
-                break;
+                return Ok(Start::Plain(packet));
             }
             c => {
-                return fatal(
-                    &mut tcp,
+                fatal(
+                    s,
                     &format!("unsupported frontend protocol {}.{}", c >> 16, c & 0xffff),
                 )
-                .await
+                .await?;
+                return Ok(Start::Done);
             }
         }
     }
-    let (mut tcp_read, mut tcp_write) = tcp.into_split();
+}
+
+/// Pass `first` (the startup packet) and then every checked message on to pgwire, and its
+/// answers back.
+async fn serve<S>(stream: S, inner: UnixStream, password: bool, first: Vec<u8>) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut inner_read, mut inner_write) = inner.into_split();
+    inner_write.write_all(&first).await?;
+    let (mut tcp_read, mut tcp_write) = tokio::io::split(stream);
     let back = tokio::spawn(async move {
         let _ = tokio::io::copy(&mut inner_read, &mut tcp_write).await;
         tcp_write
@@ -127,7 +178,7 @@ fn shown(kind: u8) -> String {
     }
 }
 
-async fn fatal(tcp: &mut TcpStream, why: &str) -> io::Result<()> {
+async fn fatal<S: AsyncWrite + Unpin>(tcp: &mut S, why: &str) -> io::Result<()> {
     tracing::info!(error = %why, "refusing a connection's startup");
     tcp.write_all(&error_response(why)).await?;
     tcp.shutdown().await

@@ -565,3 +565,88 @@ async fn shutdown_rolls_back_open_transactions() {
         let _ = Arc::new(());
     }
 }
+
+/// With a certificate, a client that insists on TLS gets it; one that does not ask still
+/// connects in the clear. (psql is PostgreSQL's own client: what libpq, and so DuckDB, does.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_when_a_certificate_is_configured() {
+    let psql = "/usr/lib/postgresql/15/bin/psql";
+    let have = std::path::Path::new(psql).exists()
+        && std::process::Command::new("openssl")
+            .arg("version")
+            .output()
+            .is_ok();
+    if !have {
+        assert!(std::env::var_os("CI").is_none(), "CI has psql and openssl");
+        eprintln!("NOT RUN: needs {psql} and openssl");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let server = serve(
+        "sled",
+        ServerOptions {
+            tls: Some(rocklake_server::tls_config(&cert, &key).unwrap()),
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    for mode in ["require", "disable"] {
+        let url = server.url(&format!("sslmode={mode}"));
+        let out = tokio::process::Command::new(psql)
+            .args([url.as_str(), "-Atc", "SELECT 40 + 2"])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "sslmode={mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "42",
+            "sslmode={mode}"
+        );
+    }
+    // Without a certificate, sslmode=require is refused by the client (the server says N).
+    let plain = serve("sled", ServerOptions::default()).await;
+    let out = tokio::process::Command::new(psql)
+        .args([plain.url("sslmode=require").as_str(), "-Atc", "SELECT 1"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("SSL"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.stop().await;
+    plain.stop().await;
+    let e = rocklake_server::tls_config(&key, &key).unwrap_err();
+    assert!(e.to_string().contains("key.pem"), "{e}");
+}

@@ -18,6 +18,8 @@ pub(crate) struct ServeArgs {
     pub(crate) password_file: Option<std::path::PathBuf>,
     pub(crate) read_only: bool,
     pub(crate) data_path: Option<String>,
+    /// Certificate and key files (PEM) for TLS.
+    pub(crate) tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> CliResult {
@@ -46,7 +48,15 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     let db = Database::open(ks)
         .await
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let tls = match &args.tls {
+        Some((cert, key)) => Some(
+            rocklake_server::tls_config(cert, key)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))?,
+        ),
+        None => None,
+    };
     let options = ServerOptions {
+        tls,
         listen: args.listen,
         password: password.clone(),
         read_only: args.read_only,
