@@ -12,7 +12,17 @@
 //!   `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT`) points at another server, e.g. a local emulator.
 //!
 //! A query parameter `flush_interval_ms=N` sets SlateDB's background WAL flush interval (default
-//! [`DEFAULT_FLUSH_INTERVAL`]).
+//! [`DEFAULT_FLUSH_INTERVAL`]). Two more are read only by a [`SlateReader`] (a writer accepts
+//! and ignores them, so one URL serves both): `poll_ms=N`, how often the reader looks for new
+//! commits (default [`DEFAULT_POLL_INTERVAL`]), and `checkpoint=managed|none` (see
+//! [`SlateOptions::reader_checkpoint`]).
+//!
+//! # Reading beside a running writer
+//!
+//! [`open_url`] opens a *writer*, and a second writer fences the first (below). To read a
+//! catalog while a writer (a `rocklake serve`) runs, open it with [`open_reader_url`]: a
+//! [`SlateReader`] over SlateDB's `DbReader`, which never fences the writer and refuses every
+//! write. What it sees and when is documented on [`SlateReader`].
 //!
 //! # Durability
 //!
@@ -56,6 +66,10 @@ use rocklake_core::KvBackend;
 use rocklake_core::{Engine, EngineBackend};
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::{CloseReason, Db, DbSnapshot, ErrorKind, IterationOrder};
+
+mod reader;
+
+pub use reader::{open_reader_url, SlateReader, DEFAULT_POLL_INTERVAL};
 
 /// Background WAL flush interval RockLake sets (upstream's default is 100 ms).
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(5);
@@ -101,6 +115,17 @@ pub enum Location {
     },
 }
 
+/// The location as a URL without options: `file:///path`, `memory://`, `s3://bucket/prefix`.
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Folder(path) => write!(f, "file://{}", path.display()),
+            Location::Memory => f.write_str("memory://"),
+            Location::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
 /// Options of a SlateDB backend.
 #[derive(Clone, Debug)]
 pub struct SlateOptions {
@@ -114,6 +139,19 @@ pub struct SlateOptions {
     /// How many L0 tables or sorted runs the compactor merges at least (its size-tiered
     /// scheduler's `min_compaction_sources`; `None` keeps SlateDB's default, 4).
     pub compactor_min_sources: Option<usize>,
+    /// Reader only (URL option `poll_ms`): how often a [`SlateReader`] reloads the manifest and
+    /// looks for new WAL objects, i.e. how long a commit takes at most to become visible to it.
+    /// A writer ignores it.
+    pub poll_interval: Duration,
+    /// Reader only (URL option `checkpoint=managed|none`): whether a [`SlateReader`] holds a
+    /// SlateDB checkpoint (`managed`, the default: the writer's garbage collector keeps every
+    /// object the reader may still read; the reader writes that checkpoint into the manifest,
+    /// which SlateDB merges with the writer's updates and which never fences the writer), or
+    /// follows the latest manifest without one (`none`: the reader writes nothing at all, for
+    /// read-only credentials, but a read may fail if the garbage collector deletes an object
+    /// the reader's state still names; the next poll picks up the newer state). A writer
+    /// ignores it.
+    pub reader_checkpoint: bool,
 }
 
 impl Default for SlateOptions {
@@ -123,8 +161,21 @@ impl Default for SlateOptions {
             l0_sst_size_bytes: None,
             compactor_poll_interval: None,
             compactor_min_sources: None,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            reader_checkpoint: true,
         }
     }
+}
+
+/// A positive number of milliseconds given as URL option `name`.
+fn millis_option(url: &str, name: &str, v: &str) -> Result<Duration> {
+    let ms: u64 = v
+        .parse()
+        .map_err(|_| Error::InvalidArgument(format!("{name}={v:?} in {url:?} is not a number")))?;
+    if ms == 0 {
+        return Err(Error::InvalidArgument(format!("{name} must be at least 1")));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 /// Parse a `file://`, `memory://` or `s3://` URL.
@@ -134,22 +185,22 @@ pub fn parse_url(url: &str) -> Result<(Location, SlateOptions)> {
     let mut options = SlateOptions::default();
     for (k, v) in parsed.query_pairs() {
         match k.as_ref() {
-            "flush_interval_ms" => {
-                let ms: u64 = v.parse().map_err(|_| {
-                    Error::InvalidArgument(format!(
-                        "flush_interval_ms={v:?} in {url:?} is not a number"
-                    ))
-                })?;
-                if ms == 0 {
-                    return Err(Error::InvalidArgument(
-                        "flush_interval_ms must be at least 1".into(),
-                    ));
+            "flush_interval_ms" => options.flush_interval = millis_option(url, &k, &v)?,
+            "poll_ms" => options.poll_interval = millis_option(url, &k, &v)?,
+            "checkpoint" => {
+                options.reader_checkpoint = match v.as_ref() {
+                    "managed" => true,
+                    "none" => false,
+                    other => {
+                        return Err(Error::InvalidArgument(format!(
+                            "checkpoint={other:?} in {url:?}: use checkpoint=managed or checkpoint=none"
+                        )))
+                    }
                 }
-                options.flush_interval = Duration::from_millis(ms);
             }
             other => {
                 return Err(Error::InvalidArgument(format!(
-                    "unknown option {other:?} in {url:?} (known: flush_interval_ms)"
+                    "unknown option {other:?} in {url:?} (known: flush_interval_ms, poll_ms, checkpoint)"
                 )))
             }
         }
@@ -326,7 +377,7 @@ impl SlateEngine {
     }
 }
 
-async fn scan_iter(
+pub(crate) async fn scan_iter(
     iter: std::result::Result<slatedb::DbIterator, slatedb::Error>,
     limit: usize,
 ) -> Result<Vec<KvPair>> {
@@ -341,7 +392,7 @@ async fn scan_iter(
     Ok(out)
 }
 
-fn scan_options(order: Order) -> ScanOptions {
+pub(crate) fn scan_options(order: Order) -> ScanOptions {
     ScanOptions {
         order: match order {
             Order::Ascending => IterationOrder::Ascending,
@@ -352,7 +403,7 @@ fn scan_options(order: Order) -> ScanOptions {
     }
 }
 
-fn bounds(range: &KeyRange) -> (Bound<Bytes>, Bound<Bytes>) {
+pub(crate) fn bounds(range: &KeyRange) -> (Bound<Bytes>, Bound<Bytes>) {
     (range.start.clone(), range.end.clone())
 }
 
@@ -492,6 +543,22 @@ mod tests {
         );
         let (_, o) = parse_url("memory://?flush_interval_ms=20").unwrap();
         assert_eq!(o.flush_interval, Duration::from_millis(20));
+        assert_eq!(o.poll_interval, DEFAULT_POLL_INTERVAL);
+        assert!(o.reader_checkpoint);
+        let (_, o) = parse_url("file:///tmp/x?poll_ms=250&checkpoint=none").unwrap();
+        assert_eq!(o.poll_interval, Duration::from_millis(250));
+        assert!(!o.reader_checkpoint);
+        for (url, says) in [
+            ("memory://?poll_ms=0", "poll_ms must be at least 1"),
+            ("memory://?poll_ms=soon", "is not a number"),
+            (
+                "memory://?checkpoint=always",
+                "use checkpoint=managed or checkpoint=none",
+            ),
+        ] {
+            let e = parse_url(url).unwrap_err().to_string();
+            assert!(e.contains(says), "{url}: {e}");
+        }
         assert!(parse_url("memory://?bogus=1")
             .unwrap_err()
             .to_string()

@@ -12,6 +12,10 @@
 //!
 //! `model://` opens the in-memory reference backend of the core (always available): the model
 //! the conformance suite compares engines against.
+//!
+//! [`open`] opens a store as its writer. [`open_reader`] opens one for reading while its writer
+//! keeps running (for `--read-only` commands beside a `rocklake serve`); which engines allow
+//! that is said there.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -127,6 +131,45 @@ pub async fn open(url: &str) -> Result<Arc<dyn KvBackend>> {
             #[cfg(not(feature = "sled"))]
             Err(not_compiled("sled", url))
         }
+        other => Err(Error::Unsupported(format!("engine {other}"))),
+    }
+}
+
+/// Open the store a URL names for reading beside a running writer: the writer is not
+/// disturbed, and every write through the backend returned is refused
+/// ([`Error::PermissionDenied`]). Pass it to [`Keyspace::open_read_only`], which writes
+/// nothing either.
+///
+/// | engine | reading beside a writer |
+/// |---|---|
+/// | SlateDB (`file://`, `s3://`) | a `rocklake_slatedb::SlateReader`: never fences the writer, sees its durable commits within the poll interval (`?poll_ms=N`, default 1 s) |
+/// | SlateDB `memory://` | refused: every open is a new, empty store |
+/// | RocksDB | not supported yet ([`Error::Unsupported`]) |
+/// | sled | refused: sled holds its folder's lock for its one process |
+/// | `model://` | refused: every open is a new, empty store |
+///
+/// [`open`] would instead open a second writer, which on SlateDB fences the running one and on
+/// RocksDB and sled fails on the lock.
+pub async fn open_reader(url: &str) -> Result<Arc<dyn KvBackend>> {
+    match engine_of(url)? {
+        "slatedb" => {
+            #[cfg(feature = "slatedb")]
+            {
+                let b: Arc<dyn KvBackend> = rocklake_slatedb::open_reader_url(url).await?;
+                Ok(b)
+            }
+            #[cfg(not(feature = "slatedb"))]
+            Err(not_compiled("slatedb", url))
+        }
+        "rocksdb" => Err(Error::Unsupported(format!(
+            "{url:?}: reading a RocksDB store beside its running writer is not supported yet; stop the writer and open the store alone, or keep the catalog on SlateDB (file:// or s3://), whose readers run beside the writer"
+        ))),
+        "sled" => Err(Error::Unsupported(format!(
+            "{url:?}: a sled store cannot be opened while its writer runs: the writer holds the folder's lock, and sled has no read-only open; stop the writer first, or keep the catalog on SlateDB (file:// or s3://), whose readers run beside the writer"
+        ))),
+        "model" => Err(Error::Unsupported(format!(
+            "{url:?}: model:// is a new, empty in-memory store on every open, so there is no writer to read beside"
+        ))),
         other => Err(Error::Unsupported(format!("engine {other}"))),
     }
 }
