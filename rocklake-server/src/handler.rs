@@ -37,14 +37,14 @@ use rocklake_sql::datafusion::arrow::datatypes::{Field, SchemaRef};
 use rocklake_sql::pg::{pg_type, pg_type_of, PgType};
 use rocklake_sql::session::Status;
 use rocklake_sql::types::SqlType;
-use rocklake_sql::{Database, Output, Session, SqlError};
+use rocklake_sql::{CopyFormat, Database, Output, Session, SqlError};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::wire::{binary_value, decode_copy_binary, decode_copy_text, text_value, COPY_SIGNATURE};
 
-/// A `COPY ... FROM STDIN` in progress: its columns, whether it is binary, and the bytes
-/// received so far.
-type CopyIn = (Vec<(String, SqlType)>, bool, BytesMut);
+/// A `COPY ... FROM STDIN` in progress: its columns, its format, and the bytes received so
+/// far.
+type CopyIn = (Vec<(String, SqlType)>, CopyFormat, BytesMut);
 
 /// The handlers of one connection.
 pub(crate) struct Conn {
@@ -171,8 +171,9 @@ impl Conn {
             Output::CopyOut {
                 schema,
                 batches,
-                binary,
+                format,
             } => {
+                let binary = format.binary;
                 let types: Vec<PgType> = schema.fields().iter().map(|f| column_type(f).0).collect();
                 // Encode everything before the first message, so a value without a binary
                 // form is an ErrorResponse, not a broken COPY stream. One CopyData per row, as
@@ -199,11 +200,13 @@ impl Conn {
                                 .columns()
                                 .iter()
                                 .map(|c| match text_value(c.as_ref(), row) {
-                                    None => "\\N".to_string(),
-                                    Some(v) => copy_text_escape(&v),
+                                    None => format.null.clone(),
+                                    Some(v) => copy_text_escape(&v, format.delimiter),
                                 })
                                 .collect();
-                            buf.extend_from_slice(fields.join("\t").as_bytes());
+                            buf.extend_from_slice(
+                                fields.join(&format.delimiter.to_string()).as_bytes(),
+                            );
                             buf.put_u8(b'\n');
                         }
                         chunks.push(buf.split().freeze());
@@ -231,10 +234,11 @@ impl Conn {
                     .await?;
             }
             Output::Command(_) => {}
-            Output::CopyIn { columns, binary } => {
+            Output::CopyIn { columns, format } => {
                 let n = columns.len() as i16;
+                let binary = format.binary;
                 *self.copy.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some((columns, binary, BytesMut::new()));
+                    Some((columns, format, BytesMut::new()));
                 client
                     .feed(PgWireBackendMessage::CopyInResponse(CopyInResponse::new(
                         i8::from(binary),
@@ -255,11 +259,15 @@ impl Conn {
     }
 }
 
-/// A text-format COPY field: backslash, tab, newline and carriage return escaped.
-fn copy_text_escape(v: &str) -> String {
+/// A text-format COPY field: backslash, the delimiter, newline and carriage return escaped.
+fn copy_text_escape(v: &str, delimiter: char) -> String {
     let mut s = String::with_capacity(v.len());
     for c in v.chars() {
         match c {
+            c if c == delimiter && c != '\t' => {
+                s.push('\\');
+                s.push(c);
+            }
             '\\' => s.push_str("\\\\"),
             '\t' => s.push_str("\\t"),
             '\n' => s.push_str("\\n"),
@@ -390,10 +398,10 @@ impl CopyHandler for Conn {
                 "08P01",
                 "CopyDone without a COPY in progress",
             )),
-            Some((columns, binary, data)) => match if binary {
+            Some((columns, format, data)) => match if format.binary {
                 decode_copy_binary(&data, &columns)
             } else {
-                decode_copy_text(&data, &columns)
+                decode_copy_text(&data, &columns, &format.null, format.delimiter)
             } {
                 Ok(rows) => session.copy_in(rows).await,
                 Err(e) => {

@@ -464,11 +464,14 @@ pub fn decode_copy_binary(
     Ok(rows)
 }
 
-/// Reads the text COPY stream a client sends (`COPY ... FROM STDIN`, tab-separated, `\N` for
-/// NULL, backslash escapes, an optional `\.` end line) into rows of cells of the given types.
+/// Reads the text COPY stream a client sends (`COPY ... FROM STDIN`: fields split at
+/// `delimiter`, `null` for NULL, backslash escapes, an optional `\.` end line) into rows of
+/// cells of the given types.
 pub fn decode_copy_text(
     data: &[u8],
     columns: &[(String, SqlType)],
+    null: &str,
+    delimiter: char,
 ) -> Result<Vec<Vec<Value>>, SqlError> {
     let text = std::str::from_utf8(data).map_err(|_| {
         SqlError::new(
@@ -486,7 +489,7 @@ pub fn decode_copy_text(
             break;
         }
         let row_no = rows.len() + 1;
-        let fields: Vec<&str> = line.split('\t').collect();
+        let fields = split_copy_line(line, delimiter);
         if fields.len() != columns.len() {
             return Err(SqlError::new(
                 "22P04",
@@ -499,7 +502,7 @@ pub fn decode_copy_text(
         }
         let mut row = Vec::with_capacity(columns.len());
         for (f, (name, ty)) in fields.iter().zip(columns) {
-            if *f == "\\N" {
+            if f == null {
                 row.push(Value::Null);
                 continue;
             }
@@ -519,6 +522,28 @@ pub fn decode_copy_text(
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// A text COPY line's fields, split at delimiters that are not escaped (the fields keep their
+/// escapes).
+fn split_copy_line(line: &str, delimiter: char) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut current = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            current.push(c);
+            if let Some(n) = chars.next() {
+                current.push(n);
+            }
+        } else if c == delimiter {
+            fields.push(std::mem::take(&mut current));
+        } else {
+            current.push(c);
+        }
+    }
+    fields.push(current);
+    fields
 }
 
 fn unescape_copy_text(f: &str) -> String {
@@ -658,6 +683,27 @@ mod tests {
         assert_eq!(numeric_roundtrip(0, 2), "0.00");
         assert_eq!(numeric_roundtrip(100_000_000, 0), "100000000");
         assert_eq!(numeric_roundtrip(1, 10), "0.0000000001");
+    }
+
+    #[test]
+    fn text_copy_honours_null_marker_delimiter_and_escapes() {
+        let cols = vec![
+            ("a".to_string(), SqlType::BigInt),
+            ("v".to_string(), SqlType::Text),
+        ];
+        let rows = decode_copy_text(b"1\tx\\ty\n2\t\n3\t\\N\n\\.\n", &cols, "", '\t').unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                vec![Value::Int(1), Value::Text("x\ty".into())],
+                vec![Value::Int(2), Value::Null],
+                vec![Value::Int(3), Value::Text("N".into())],
+            ]
+        );
+        let rows = decode_copy_text(b"4|a\\|b\n", &cols, "\\N", '|').unwrap();
+        assert_eq!(rows, vec![vec![Value::Int(4), Value::Text("a|b".into())]]);
+        let e = decode_copy_text(b"x\ty\n", &cols, "\\N", '\t').unwrap_err();
+        assert!(e.message.contains("COPY row 1, column a"), "{}", e.message);
     }
 
     #[test]

@@ -167,7 +167,14 @@ pub fn rel_from_create(id: u64, ct: &CreateTable, catalog: &Catalog) -> Result<R
             format!("multiple primary keys for table \"{name}\" are not allowed"),
         ));
     }
-    let layout = RelDef::layout_for(&name, &columns, &|t| catalog.tag_taken(t));
+    // Inlined-data rows go under 0xFD only for the catalog whose tables hold the registry
+    // tags (0xFD's keys name DuckLake's table id, not the schema): a second DuckLake catalog
+    // in another schema of the same store (METADATA_SCHEMA) keeps its own under 0x83.
+    let tagged_schema = catalog
+        .tables
+        .values()
+        .any(|t| t.schema == schema && matches!(t.layout, Layout::Tagged { .. }));
+    let layout = RelDef::layout_for(&name, &columns, tagged_schema, &|t| catalog.tag_taken(t));
     let mut canonical = ct.clone();
     canonical.if_not_exists = false;
     Ok(RelDef {

@@ -36,4 +36,4 @@ pub mod types;
 pub use datafusion;
 pub use db::Database;
 pub use error::{Result, SqlError};
-pub use session::{Clock, Output, Session, Status};
+pub use session::{Clock, CopyFormat, Output, Session, Status};

@@ -42,6 +42,9 @@ pub struct Shared {
     pub pairs_read: AtomicU64,
     /// The database name the client connected to (`current_database()`, `pg_database`).
     pub database: Mutex<String>,
+    /// What `pg_database_size()` answers in the statement being run (the store's bytes of
+    /// keys and values, counted before the statement when it calls the function).
+    pub database_size: AtomicI64,
 }
 
 impl Shared {
@@ -188,7 +191,10 @@ impl TableProvider for RockTable {
                     "a table was scanned outside a transaction",
                 ))
             })?;
-            txn.rows(&self.rel, &ranges, self.ctid)
+            // Rows come back in the order PostgreSQL's heap would give them: by tuple number,
+            // which is the order row versions were written (a scan without ORDER BY reads
+            // the same sequence from both).
+            txn.rows_in_heap_order(&self.rel, &ranges, self.ctid)
                 .await
                 .map_err(to_df)?
         };

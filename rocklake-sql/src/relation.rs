@@ -151,11 +151,13 @@ pub struct StoredRow {
 }
 
 impl RelDef {
-    /// Choose the layout for a new table. `tag_taken` says whether a registry tag already
-    /// holds another relation's rows.
+    /// Choose the layout for a new table. `tagged_schema`: whether the table's schema holds the
+    /// tables under registry tags (inlined-data rows go under `0xFD` only then); `tag_taken`
+    /// says whether a registry tag already holds another relation's rows.
     pub fn layout_for(
         name: &str,
         columns: &[ColumnDef],
+        tagged_schema: bool,
         tag_taken: &dyn Fn(Tag) -> bool,
     ) -> Layout {
         let find = |n: &str| columns.iter().position(|c| c.name == n);
@@ -176,7 +178,7 @@ impl RelDef {
                 let ints = [row_id, begin, end]
                     .iter()
                     .all(|i| columns[*i].ty == SqlType::BigInt);
-                if ints && table_id <= keys_max() {
+                if ints && tagged_schema && table_id <= keys_max() {
                     return Layout::Inlined {
                         table_id,
                         version,

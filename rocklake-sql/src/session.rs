@@ -59,8 +59,8 @@ pub enum Output {
         schema: SchemaRef,
         /// Its rows.
         batches: Vec<RecordBatch>,
-        /// `FORMAT binary` (else PostgreSQL's text format).
-        binary: bool,
+        /// Binary or text, and the text format's NULL marker and delimiter.
+        format: CopyFormat,
     },
     /// A command's completion tag, as PostgreSQL writes it (`INSERT 0 3`, `UPDATE 1`, `BEGIN`).
     Command(String),
@@ -70,8 +70,8 @@ pub enum Output {
     CopyIn {
         /// The columns the rows carry, in order, with their types.
         columns: Vec<(String, SqlType)>,
-        /// `FORMAT binary` (else PostgreSQL's text format).
-        binary: bool,
+        /// Binary or text, and the text format's NULL marker and delimiter.
+        format: CopyFormat,
     },
 }
 
@@ -118,6 +118,8 @@ pub struct Session {
     /// The table and columns of a `COPY ... FROM STDIN` waiting for its rows, and whether it
     /// runs in the text's implicit transaction.
     copy: Option<(Arc<RelDef>, Vec<usize>, bool)>,
+    /// Temporary tables `ON COMMIT DROP` of the open transaction.
+    temp_tables: Vec<(String, String)>,
 }
 
 /// Where a session reads the time from (µs since 1970).
@@ -175,6 +177,7 @@ impl Session {
             status: Status::Idle,
             clock: Arc::new(move || ks.keyspace().now_micros()),
             copy: None,
+            temp_tables: Vec::new(),
         }
     }
 
@@ -408,6 +411,7 @@ impl Session {
     }
 
     async fn drop_txn(&mut self) {
+        self.temp_tables.clear();
         self.shared.txn.lock().await.take();
         *self
             .shared
@@ -417,7 +421,17 @@ impl Session {
     }
 
     async fn commit_txn(&mut self) -> Result<()> {
-        let txn = self.shared.txn.lock().await.take();
+        let temps = std::mem::take(&mut self.temp_tables);
+        let mut txn = self.shared.txn.lock().await.take();
+        if let Some(t) = txn.as_mut() {
+            // Temporary tables ON COMMIT DROP: created and dropped in this transaction, so
+            // none of them reaches the store.
+            for (schema, name) in temps {
+                if let Ok(rel) = t.catalog.table(&schema, &name) {
+                    t.discard_created(&rel);
+                }
+            }
+        }
         let r = match txn {
             Some(t) => t.commit().await,
             None => Ok(()),
@@ -430,7 +444,8 @@ impl Session {
         r
     }
 
-    async fn statement(&mut self, stmt: Statement) -> Result<Output> {
+    async fn statement(&mut self, mut stmt: Statement) -> Result<Output> {
+        rewrite_casts(&mut stmt);
         match (&stmt, self.status) {
             (Statement::Rollback { .. }, _) => {
                 self.drop_txn().await;
@@ -491,6 +506,10 @@ impl Session {
                         self.delete(d, with.unwrap_or_default()).await
                     }
                     _ => {
+                        if calls_function(&q, "pg_database_size") {
+                            let n = self.with_txn(async |t| t.stored_bytes().await).await?;
+                            self.shared.database_size.store(n, Ordering::Release);
+                        }
                         let (schema, batches) = self.query(*q).await?;
                         Ok(Output::Rows { schema, batches })
                     }
@@ -520,13 +539,13 @@ impl Session {
                 legacy_options,
                 ..
             } => {
-                let binary = copy_format(&options, &legacy_options)?;
+                let format = copy_format(&options, &legacy_options)?;
                 self.ensure_txn().await?;
                 let (schema, batches) = self.query(*q).await?;
                 Ok(Output::CopyOut {
                     schema,
                     batches,
-                    binary,
+                    format,
                 })
             }
             Statement::Copy {
@@ -541,7 +560,7 @@ impl Session {
                 legacy_options,
                 ..
             } => {
-                let binary = copy_format(&options, &legacy_options)?;
+                let format = copy_format(&options, &legacy_options)?;
                 self.ensure_txn().await?;
                 let rel = self.table(&table_name)?;
                 let targets: Vec<usize> = if columns.is_empty() {
@@ -559,7 +578,7 @@ impl Session {
                 self.copy = Some((rel, targets, false));
                 Ok(Output::CopyIn {
                     columns: cols,
-                    binary,
+                    format,
                 })
             }
             other => Err(SqlError::unsupported(format!(
@@ -842,6 +861,13 @@ impl Session {
         let db = self.db.clone();
         let out = match stmt {
             Statement::CreateTable(ct) => {
+                if ct.temporary
+                    && ct.on_commit != Some(datafusion::sql::sqlparser::ast::OnCommit::Drop)
+                {
+                    return Err(SqlError::unsupported(
+                        "temporary tables are supported with ON COMMIT DROP only",
+                    ));
+                }
                 let (schema, name) = split_name(&ct.name)?;
                 let exists = self
                     .with_txn(async |txn| {
@@ -881,6 +907,9 @@ impl Session {
                     Ok(())
                 })
                 .await?;
+                if ct.temporary {
+                    self.temp_tables.push((schema, name));
+                }
                 Output::Command("CREATE TABLE".into())
             }
             Statement::CreateSchema {
@@ -1095,10 +1124,16 @@ fn target_of(f: &TableFactor) -> Result<(ObjectName, String)> {
 }
 
 /// `COLLATE "C"` compares bytes, as DataFusion's strings always do: drop the clause.
+/// Drop `COLLATE` (byte order is how DataFusion compares strings anyway) and casts to `tid`
+/// (a `ctid` is its text form here, `(0,1)`, and compares as text).
 fn strip_collate(q: &mut Query) {
     let _ = visit_expressions_mut(q, |e| {
-        if let Expr::Collate { expr, .. } = e {
-            *e = (**expr).clone();
+        match e {
+            Expr::Collate { expr, .. } => *e = (**expr).clone(),
+            Expr::Cast {
+                expr, data_type, ..
+            } if data_type.to_string().eq_ignore_ascii_case("tid") => *e = (**expr).clone(),
+            _ => {}
         }
         ControlFlow::<()>::Continue(())
     });
@@ -1112,6 +1147,22 @@ fn is_ctid(e: &Expr) -> bool {
             .is_some_and(|i| i.value.eq_ignore_ascii_case("ctid")),
         _ => false,
     }
+}
+
+/// Whether a query calls the function `name`.
+fn calls_function(q: &Query, name: &str) -> bool {
+    visit_expressions(q, |e| match e {
+        Expr::Function(f)
+            if f.name
+                .0
+                .last()
+                .is_some_and(|p| p.to_string().trim_matches('"').eq_ignore_ascii_case(name)) =>
+        {
+            ControlFlow::Break(())
+        }
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
 }
 
 fn mentions_ctid(q: &Query) -> bool {
@@ -1141,21 +1192,46 @@ fn first_words(s: &str) -> String {
     w.join(" ")
 }
 
-/// Whether a COPY's options ask for PostgreSQL's binary format (else its text format); the
-/// options this server does not honour are refused rather than ignored.
-fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<bool> {
-    let mut binary = false;
+/// How a COPY's data is written: PostgreSQL's binary format, or its text format with a NULL
+/// marker (`\N` unless `NULL '...'`) and a delimiter (tab unless `DELIMITER '...'`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyFormat {
+    /// `FORMAT binary`.
+    pub binary: bool,
+    /// The text format's NULL marker.
+    pub null: String,
+    /// The text format's column delimiter.
+    pub delimiter: char,
+}
+
+impl Default for CopyFormat {
+    fn default() -> Self {
+        CopyFormat {
+            binary: false,
+            null: "\\N".into(),
+            delimiter: '\t',
+        }
+    }
+}
+
+/// A COPY's options; the ones this server does not honour are refused rather than ignored.
+fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<CopyFormat> {
+    let mut f = CopyFormat::default();
     for o in options {
         match o {
-            CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
-                "binary" => binary = true,
-                "text" => binary = false,
+            CopyOption::Format(name) => match name.value.to_ascii_lowercase().as_str() {
+                "binary" => f.binary = true,
+                "text" => f.binary = false,
                 other => {
                     return Err(SqlError::unsupported(format!(
                         "COPY FORMAT {other} is not supported (binary and text are)"
                     )))
                 }
             },
+            CopyOption::Null(n) => f.null = n.clone(),
+            CopyOption::Delimiter(d) => f.delimiter = *d,
+            CopyOption::Encoding(e)
+                if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
             other => {
                 return Err(SqlError::unsupported(format!(
                     "COPY option {other} is not supported"
@@ -1165,7 +1241,9 @@ fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<bo
     }
     for o in legacy {
         match o {
-            CopyLegacyOption::Binary => binary = true,
+            CopyLegacyOption::Binary => f.binary = true,
+            CopyLegacyOption::Null(n) => f.null = n.clone(),
+            CopyLegacyOption::Delimiter(d) => f.delimiter = *d,
             other => {
                 return Err(SqlError::unsupported(format!(
                     "COPY option {other} is not supported"
@@ -1173,7 +1251,13 @@ fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<bo
             }
         }
     }
-    Ok(binary)
+    if f.binary && (f.null != "\\N" || f.delimiter != '\t') {
+        return Err(SqlError::new(
+            state::SYNTAX_ERROR,
+            "cannot specify NULL or DELIMITER in BINARY mode",
+        ));
+    }
+    Ok(f)
 }
 
 /// The functions a PostgreSQL client calls on connecting: `version()`, `current_database()`,
@@ -1222,6 +1306,18 @@ fn register_pg_functions(ctx: &SessionContext, shared: &Arc<Shared>) {
         Arc::new(|_| {
             Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(
                 std::process::id() as i32,
+            ))))
+        }),
+    ));
+    let sh = shared.clone();
+    ctx.register_udf(create_udf(
+        "pg_database_size",
+        vec![DataType::Utf8],
+        DataType::Int64,
+        Volatility::Stable,
+        Arc::new(move |_| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Int64(Some(
+                sh.database_size.load(Ordering::Acquire),
             ))))
         }),
     ));
@@ -1454,4 +1550,24 @@ fn rename_columns(
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| SqlError::internal(format!("renaming result columns: {e}")))?;
     Ok((renamed, batches))
+}
+
+/// Casts DataFusion has no type for, as this layer stores them: `uuid` is its canonical text
+/// (a uuid column checks and canonicalises what it is given), `tid` is a ctid's text form.
+fn rewrite_casts(stmt: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
+    let _ = visit_expressions_mut(stmt, |e| {
+        if let Expr::Cast {
+            expr, data_type, ..
+        } = e
+        {
+            let name = data_type.to_string();
+            if name.eq_ignore_ascii_case("tid") {
+                *e = (**expr).clone();
+            } else if name.eq_ignore_ascii_case("uuid") {
+                *data_type = SqlDataType::Varchar(None);
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
 }

@@ -44,6 +44,38 @@ impl std::fmt::Debug for Txn {
 }
 
 impl Txn {
+    /// Take back everything this transaction wrote for `rel`, a table it created itself (a
+    /// temporary table `ON COMMIT DROP`): its definition, rows and index entries, so that the
+    /// commit carries none of it.
+    pub fn discard_created(&mut self, rel: &RelDef) {
+        let ranges = [
+            rel.full_range(),
+            KeyRange::prefix(&rel.pk_index_prefix()),
+            KeyRange::prefix(&rel.tuple_index_prefix()),
+            KeyRange::prefix(&rocklake_core::keys::row_key(
+                rocklake_core::tags::RELATION,
+                &[rel.id],
+            )),
+        ];
+        let inside = |k: &Bytes| ranges.iter().any(|r| r.contains(k));
+        self.writes.retain(|k, _| !inside(k));
+        self.conds.retain(|k, _| !inside(k));
+        Arc::make_mut(&mut self.catalog)
+            .tables
+            .remove(&(rel.schema.clone(), rel.name.clone()));
+    }
+
+    /// Bytes of keys and values in the store as this transaction sees it (its own writes not
+    /// counted): `pg_database_size`.
+    pub async fn stored_bytes(&self) -> Result<i64> {
+        let mut total = 0i64;
+        visit_all(self.view.as_ref(), KeyRange::all(), 4096, &mut |k, v| {
+            total += (k.len() + v.len()) as i64;
+            true
+        })
+        .await?;
+        Ok(total)
+    }
     pub(crate) fn new(db: Arc<Database>, view: Arc<dyn ReadView>, catalog: Arc<Catalog>) -> Txn {
         Txn {
             db,
@@ -110,6 +142,30 @@ impl Txn {
         ranges: &[KeyRange],
         tuples: bool,
     ) -> Result<Vec<StoredRow>> {
+        self.rows_with(rel, ranges, tuples, tuples).await
+    }
+
+    /// The rows of `ranges` in the order PostgreSQL's heap would return them: by tuple number
+    /// (the order row versions were written; rows written without one, outside SQL, last).
+    /// With `ctid` every row must have its tuple number.
+    pub async fn rows_in_heap_order(
+        &self,
+        rel: &RelDef,
+        ranges: &[KeyRange],
+        ctid: bool,
+    ) -> Result<Vec<StoredRow>> {
+        let mut rows = self.rows_with(rel, ranges, true, ctid).await?;
+        rows.sort_by_key(|r| r.tuple.unwrap_or(u64::MAX));
+        Ok(rows)
+    }
+
+    async fn rows_with(
+        &self,
+        rel: &RelDef,
+        ranges: &[KeyRange],
+        tuples: bool,
+        strict: bool,
+    ) -> Result<Vec<StoredRow>> {
         let mut out = Vec::new();
         for r in ranges {
             let mut indexed: HashMap<Bytes, u64> = HashMap::new();
@@ -132,7 +188,7 @@ impl Txn {
             for (k, v) in self.scan(r).await? {
                 if let Some((cells, tuple)) = rel.decode(&k, &v)? {
                     let tuple = tuple.or_else(|| indexed.get(&k).copied());
-                    if tuples && tuple.is_none() {
+                    if strict && tuple.is_none() {
                         return Err(SqlError::new(
                             state::DATA_CORRUPTED,
                             format!(

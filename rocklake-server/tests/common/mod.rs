@@ -262,6 +262,21 @@ impl Raw {
         self.until_ready().await
     }
 
+    /// A simple-Query COPY ... FROM STDIN with `data` in one CopyData, then CopyDone; the
+    /// messages up to ReadyForQuery.
+    pub async fn copy_in(&mut self, sql: &str, data: &[u8]) -> Vec<Msg> {
+        let mut b = sql.as_bytes().to_vec();
+        b.push(0);
+        self.send(b'Q', &b).await;
+        let mut out = vec![self.read().await.unwrap()];
+        if out[0].kind == b'G' {
+            self.send(b'd', data).await;
+            self.send(b'c', &[]).await;
+        }
+        out.extend(self.until_ready().await);
+        out
+    }
+
     /// Parse (unnamed) + Sync, Describe statement + Sync, as DuckDB sends them.
     pub async fn parse_describe(&mut self, sql: &str) -> Vec<Msg> {
         let mut b = vec![0u8];
