@@ -137,6 +137,21 @@ class Server:
             self.kill9()
 
 
+def wait_listening(server, timeout=60.0):
+    """Wait until `server` (started by hand) accepts connections."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {server.proc.returncode}; log {server.log_path}:\n"
+                               f"{tail(server.log_path)}")
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"server not listening on {server.port}")
+
+
 def exit_on_sigterm():
     """Turn SIGTERM into SystemExit so `finally:` blocks stop the servers we started."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -247,7 +247,20 @@ async fn writer(url: &str) -> Result<Keyspace, Error> {
 }
 
 async fn reader(url: &str) -> Result<Keyspace, Error> {
-    Keyspace::open_read_only(rocklake::open(url).await?).await
+    Keyspace::open_read_only(open_for_reading(url).await?).await
+}
+
+/// A store opened for reading only. SlateDB stores are opened as a reader beside their writer
+/// (a running `rocklake serve` is not fenced); RocksDB and sled, which lock their folder,
+/// are opened alone, as before (a running writer makes that fail on the lock, saying so).
+pub(crate) async fn open_for_reading(
+    url: &str,
+) -> Result<std::sync::Arc<dyn rocklake::KvBackend>, Error> {
+    if url.starts_with("file://") || url.starts_with("s3://") {
+        rocklake::open_reader(url).await
+    } else {
+        rocklake::open(url).await
+    }
 }
 async fn run(command: Command, json: bool) -> CliResult {
     match command {

@@ -166,3 +166,18 @@ fn sigkill_during_commits_keeps_exactly_the_reported_commits() {
         run(&env, "crash.py", &args);
     }
 }
+
+#[test]
+fn a_read_only_server_beside_the_writer_never_fences_it() {
+    let Some(env) = env() else { return };
+    if !cfg!(feature = "slatedb") {
+        return;
+    }
+    let args = vec![
+        "--rocklake-bin".to_string(),
+        env!("CARGO_BIN_EXE_rocklake").to_string(),
+        "--ext-dir".to_string(),
+        env.ext.clone(),
+    ];
+    run(&env, "readonly.py", &args);
+}

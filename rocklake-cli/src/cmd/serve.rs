@@ -39,11 +39,11 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         (None, Ok(p)) if !p.is_empty() => Some(p),
         _ => None,
     };
-    let backend = rocklake::open(&args.url).await?;
+    // --read-only serves a reader beside the store's writer (on SlateDB it never fences it).
     let ks = if args.read_only {
-        Keyspace::open_read_only(backend).await?
+        Keyspace::open_read_only(crate::open_for_reading(&args.url).await?).await?
     } else {
-        Keyspace::open(backend).await?
+        Keyspace::open(rocklake::open(&args.url).await?).await?
     };
     let db = Database::open(ks)
         .await

@@ -21,11 +21,11 @@ pub(crate) async fn run(
     read_only: bool,
     json: bool,
 ) -> CliResult {
-    let backend = rocklake::open(&url).await?;
+    // A reader beside the store's writer (a server on the same SlateDB store) never fences it.
     let ks = if read_only {
-        Keyspace::open_read_only(backend).await?
+        Keyspace::open_read_only(crate::open_for_reading(&url).await?).await?
     } else {
-        Keyspace::open(backend).await?
+        Keyspace::open(rocklake::open(&url).await?).await?
     };
     let db = Database::open(ks).await.map_err(to_core)?;
     let mut session = Session::new(db.clone());

@@ -1,0 +1,100 @@
+"""DuckLake's own sqllogictest files against PostgreSQL 15 and `rocklake serve`, side by side.
+
+usage: python ducklake_tests.py --suite DIR --pg-dsn DSN --rocklake-bin PATH --engine sled
+                                [--ext-dir DIR] [--out DIR] [--timeout S] [paths ...]
+
+DIR is the folder with DuckLake's tests, their runner and the PostgreSQL test configuration
+(shared/ducklake-tests). The runner treats its server as a plain PostgreSQL: it drops and
+recreates `public` in database `ducklakedb` before every file. Prints pass/fail/skip counts of
+both, lists every file that passes on PostgreSQL and not on RockLake, and exits non-zero when
+there is one.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+def run_suite(a, name, dsn, out_dir):
+    out = os.path.join(out_dir, f"results-{name}.json")
+    env = dict(os.environ, DUCK_EXT_DIR=os.path.abspath(a.ext_dir), SQLLOGIC_REPO=".",
+               SQLLOGIC_WORK=tempfile.mkdtemp(prefix=f"ducklake-tests-{name}-"))
+    cmd = [sys.executable, "runner.py", "run", "--config", "test/configs/postgres.json",
+           "--pg-dsn", dsn, "--jobs", "1", "--timeout", str(a.timeout), "--out", out,
+           "--quiet"] + a.paths
+    t0 = time.monotonic()
+    log = os.path.join(out_dir, f"run-{name}.log")
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, cwd=a.suite, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    secs = time.monotonic() - t0
+    if not os.path.exists(out):
+        raise SystemExit(f"{name}: the runner wrote no results (exit {rc}); see {log}:\n"
+                         f"{common.tail(log)}")
+    with open(out) as f:
+        r = json.load(f)
+    files = r.get("results") or r.get("files_results") or []
+    if isinstance(r.get("files"), list):
+        files = r["files"]
+    by_file = {x["file"]: x for x in files}
+    counts = {k: sum(1 for x in files if x["status"] == k) for k in ("pass", "fail", "skip")}
+    return by_file, counts, secs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", required=True)
+    ap.add_argument("--pg-dsn", default=os.environ.get("ROCKLAKE_TEST_PG"))
+    ap.add_argument("--rocklake-bin", required=True)
+    ap.add_argument("--engine", default="sled", choices=sorted(common.ENGINE_SCHEMES))
+    ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
+    ap.add_argument("--out", default=None, help="folder for results and logs")
+    ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("paths", nargs="*")
+    a = ap.parse_args()
+    common.exit_on_sigterm()
+    common.ensure_extensions(a.ext_dir)
+    out_dir = a.out or tempfile.mkdtemp(prefix="ducklake-tests-")
+    os.makedirs(out_dir, exist_ok=True)
+    print(f"ducklake tests: suite {a.suite}, results in {out_dir}")
+
+    # PostgreSQL: the database the configuration names, fresh.
+    common.drop_pg_database(a.pg_dsn, "ducklakedb")
+    pg_dsn = common.create_pg_database(a.pg_dsn, "ducklakedb")
+    try:
+        pg, pg_counts, pg_secs = run_suite(a, "postgres", pg_dsn, out_dir)
+    finally:
+        common.drop_pg_database(a.pg_dsn, "ducklakedb")
+    print(f"PostgreSQL 15: {pg_counts['pass']} pass, {pg_counts['fail']} fail, "
+          f"{pg_counts['skip']} skip ({pg_secs:.0f} s)")
+
+    store = tempfile.mkdtemp(prefix="ducklake-tests-store-")
+    server = common.Server(a.rocklake_bin, common.engine_url(a.engine, os.path.join(store, "db")),
+                           os.path.join(out_dir, "serve.log"))
+    try:
+        server.start()
+        rl, rl_counts, rl_secs = run_suite(a, "rocklake", server.dsn("postgres", "ducklakedb"),
+                                           out_dir)
+    finally:
+        server.stop()
+    print(f"RockLake ({a.engine}): {rl_counts['pass']} pass, {rl_counts['fail']} fail, "
+          f"{rl_counts['skip']} skip ({rl_secs:.0f} s)")
+
+    worse = sorted(f for f, x in pg.items()
+                   if x["status"] == "pass" and rl.get(f, {}).get("status") != "pass")
+    for f in worse:
+        x = rl.get(f, {})
+        print(f"  passes on PostgreSQL, not on RockLake: {f}: {x.get('status')} "
+              f"L{x.get('line')} {str(x.get('reason', ''))[:300]}")
+    print("ducklake tests: " + ("every file that passes on PostgreSQL passes on RockLake"
+                                if not worse else f"{len(worse)} files differ"))
+    sys.exit(1 if worse else 0)
+
+
+if __name__ == "__main__":
+    main()
