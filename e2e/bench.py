@@ -25,10 +25,7 @@ import common  # noqa: E402
 
 
 def connect(ext_dir):
-    import duckdb
-    return duckdb.connect(config={"extension_directory": os.path.abspath(ext_dir),
-                                  "autoinstall_known_extensions": False,
-                                  "autoload_known_extensions": True, "threads": 1})
+    return common.duck(ext_dir, threads=1)
 
 
 def timed(fn, rounds):

@@ -152,6 +152,19 @@ def wait_listening(server, timeout=60.0):
     raise RuntimeError(f"server not listening on {server.port}")
 
 
+def duck(ext_dir, **config):
+    """A DuckDB connection that loads the extensions installed in `ext_dir` (never downloads)."""
+    import duckdb
+    return duckdb.connect(config={"extension_directory": os.path.abspath(ext_dir),
+                                  "autoinstall_known_extensions": False,
+                                  "autoload_known_extensions": True, **config})
+
+
+def attach_sql(catalog, data_path):
+    """DuckLake's ATTACH of the catalog at libpq string `catalog`, data under `data_path`."""
+    return f"ATTACH 'ducklake:postgres:{catalog}' AS lake (DATA_PATH '{data_path}/')"
+
+
 def exit_on_sigterm():
     """Turn SIGTERM into SystemExit so `finally:` blocks stop the servers we started."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

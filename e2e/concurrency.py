@@ -25,15 +25,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 
-def connect(ext_dir):
-    import duckdb
-    return duckdb.connect(config={"extension_directory": os.path.abspath(ext_dir),
-                                  "autoinstall_known_extensions": False,
-                                  "autoload_known_extensions": True})
+connect = common.duck
 
 
-def attach_sql(catalog, data_path):
-    return f"ATTACH 'ducklake:postgres:{catalog}' AS lake (DATA_PATH '{data_path}/')"
+attach_sql = common.attach_sql
 
 
 def worker(a):

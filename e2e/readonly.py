@@ -15,11 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 
-def connect(ext_dir):
-    import duckdb
-    return duckdb.connect(config={"extension_directory": os.path.abspath(ext_dir),
-                                  "autoinstall_known_extensions": False,
-                                  "autoload_known_extensions": True})
+connect = common.duck
 
 
 def main():

@@ -25,19 +25,17 @@ import uuid
 
 import duckdb
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
 VERBOSE = bool(os.environ.get("E2E_VERBOSE"))  # print each step as it starts (to find a crash)
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 
 
 def connect(ext_dir):
     """A DuckDB connection that autoloads extensions from ext_dir and never downloads."""
-    con = duckdb.connect(config={
-        "extension_directory": os.path.abspath(ext_dir),
-        "autoinstall_known_extensions": False,
-        "autoload_known_extensions": True,
-        # One thread: files are written in one order, so file counts and sizes repeat.
-        "threads": 1,
-    })
+    # One thread: files are written in one order, so file counts and sizes repeat.
+    con = common.duck(ext_dir, threads=1)
     con.execute("SET TimeZone = 'UTC'")
     return con
 

@@ -607,14 +607,7 @@ fn recv(b: &[u8], ty: SqlType) -> Result<Value, SqlError> {
         SqlType::Uuid => {
             need(16)?;
             let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-            Value::Text(format!(
-                "{}-{}-{}-{}-{}",
-                &h[0..8],
-                &h[8..12],
-                &h[12..16],
-                &h[16..20],
-                &h[20..32]
-            ))
+            Value::Text(rocklake_sql::types::canonical_uuid(&h)?)
         }
         SqlType::TimestampTz | SqlType::Timestamp => {
             need(8)?;
