@@ -21,13 +21,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 
-def run_suite(a, name, dsn, out_dir):
+def all_files(suite):
+    """Every `.test` file of the suite, as the runner names them."""
+    found = []
+    for d, _, files in os.walk(os.path.join(suite, "test")):
+        found += [os.path.relpath(os.path.join(d, f), suite) for f in files if f.endswith(".test")]
+    return sorted(found)
+
+
+def run_suite(a, name, dsn, out_dir, paths=None):
+    """Run the runner on `paths` (default: all) against `dsn`; (results by file, counts, s)."""
     out = os.path.join(out_dir, f"results-{name}.json")
     env = dict(os.environ, DUCK_EXT_DIR=os.path.abspath(a.ext_dir), SQLLOGIC_REPO=".",
                SQLLOGIC_WORK=tempfile.mkdtemp(prefix=f"ducklake-tests-{name}-"))
     cmd = [sys.executable, "runner.py", "run", "--config", "test/configs/postgres.json",
            "--pg-dsn", dsn, "--jobs", "1", "--timeout", str(a.timeout), "--out", out,
-           "--quiet"] + a.paths
+           "--quiet"] + (a.paths if paths is None else paths)
     t0 = time.monotonic()
     log = os.path.join(out_dir, f"run-{name}.log")
     with open(log, "w") as f:
@@ -42,8 +51,12 @@ def run_suite(a, name, dsn, out_dir):
     if isinstance(r.get("files"), list):
         files = r["files"]
     by_file = {x["file"]: x for x in files}
-    counts = {k: sum(1 for x in files if x["status"] == k) for k in ("pass", "fail", "skip")}
-    return by_file, counts, secs
+    return by_file, counts_of(by_file), secs
+
+
+def counts_of(by_file):
+    return {k: sum(1 for x in by_file.values() if x["status"] == k)
+            for k in ("pass", "fail", "skip")}
 
 
 def main():
@@ -55,6 +68,8 @@ def main():
     ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
     ap.add_argument("--out", default=None, help="folder for results and logs")
     ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--shards", type=int, default=2,
+                    help="RockLake servers (and runners) side by side, a share of the files each")
     ap.add_argument("paths", nargs="*")
     a = ap.parse_args()
     common.exit_on_sigterm()
@@ -73,15 +88,33 @@ def main():
     print(f"PostgreSQL 15: {pg_counts['pass']} pass, {pg_counts['fail']} fail, "
           f"{pg_counts['skip']} skip ({pg_secs:.0f} s)")
 
-    store = tempfile.mkdtemp(prefix="ducklake-tests-store-")
-    server = common.Server(a.rocklake_bin, common.engine_url(a.engine, os.path.join(store, "db")),
-                           os.path.join(out_dir, "serve.log"))
+    # RockLake: the files split over --shards servers, each on a store of its own, run side
+    # by side (each file runs alone against its server, as on PostgreSQL).
+    files = a.paths or all_files(a.suite)
+    shards = [files[i::a.shards] for i in range(a.shards)]
+    servers = []
+    rl, rl_secs = {}, 0.0
     try:
-        server.start()
-        rl, rl_counts, rl_secs = run_suite(a, "rocklake", server.dsn("postgres", "ducklakedb"),
-                                           out_dir)
+        for i in range(a.shards):
+            store = tempfile.mkdtemp(prefix="ducklake-tests-store-")
+            srv = common.Server(a.rocklake_bin,
+                                common.engine_url(a.engine, os.path.join(store, "db")),
+                                os.path.join(out_dir, f"serve-{i}.log"))
+            srv.start()
+            servers.append(srv)
+        import concurrent.futures
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(a.shards) as pool:
+            runs = [pool.submit(run_suite, a, f"rocklake-{i}", srv.dsn("postgres", "ducklakedb"),
+                                out_dir, shard)
+                    for i, (srv, shard) in enumerate(zip(servers, shards)) if shard]
+            for r in runs:
+                rl.update(r.result()[0])
+        rl_secs = time.monotonic() - t0
     finally:
-        server.stop()
+        for srv in servers:
+            srv.stop()
+    rl_counts = counts_of(rl)
     print(f"RockLake ({a.engine}): {rl_counts['pass']} pass, {rl_counts['fail']} fail, "
           f"{rl_counts['skip']} skip ({rl_secs:.0f} s)")
 
