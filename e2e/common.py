@@ -92,8 +92,9 @@ def tail(path, lines=40):
 class Server:
     """`BIN serve URL --listen 127.0.0.1:PORT`, stdout+stderr into a log file."""
 
-    def __init__(self, binary, url, log_path, port=None):
+    def __init__(self, binary, url, log_path, port=None, extra_args=()):
         self.binary, self.url, self.log_path = binary, url, log_path
+        self.extra_args = list(extra_args)
         self.port = port or free_port()
         self.proc = None
 
@@ -103,7 +104,8 @@ class Server:
     def start(self, timeout=60.0):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [self.binary, "serve", self.url, "--listen", f"127.0.0.1:{self.port}"],
+            [self.binary, "serve", self.url, "--listen", f"127.0.0.1:{self.port}"]
+            + self.extra_args,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + timeout
@@ -135,21 +137,6 @@ class Server:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.kill9()
-
-
-def wait_listening(server, timeout=60.0):
-    """Wait until `server` (started by hand) accepts connections."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"server exited with {server.proc.returncode}; log {server.log_path}:\n"
-                               f"{tail(server.log_path)}")
-        try:
-            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"server not listening on {server.port}")
 
 
 def duck(ext_dir, **config):

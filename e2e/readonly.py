@@ -29,7 +29,8 @@ def main():
     url = common.engine_url("slatedb", os.path.join(tmp, "store"))
     data = os.path.join(tmp, "data")
     writer = common.Server(a.rocklake_bin, url, os.path.join(tmp, "writer.log"))
-    reader = common.Server(a.rocklake_bin, url, os.path.join(tmp, "reader.log"))
+    reader = common.Server(a.rocklake_bin, url, os.path.join(tmp, "reader.log"),
+                           extra_args=["--read-only"])
     problems = []
     try:
         writer.start()
@@ -38,14 +39,7 @@ def main():
         w.execute("CREATE TABLE lake.t AS SELECT range AS i FROM range(10)")
         w.execute("INSERT INTO lake.t VALUES (100)")
         # The reader: same store, --read-only.
-        reader.proc = None
-        log = open(reader.log_path, "ab")
-        import subprocess
-        reader.proc = subprocess.Popen([a.rocklake_bin, "serve", url, "--read-only", "--listen",
-                                        f"127.0.0.1:{reader.port}"], stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
-        common.wait_listening(reader)
+        reader.start()
         r = connect(a.ext_dir)
         r.execute(f"ATTACH 'ducklake:postgres:{reader.dsn()}' AS lake (DATA_PATH '{data}/', READ_ONLY)")
         got = r.execute("SELECT count(*), sum(i) FROM lake.t").fetchall()
