@@ -5,7 +5,6 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{connect, kinds, pg_fresh_db, pg_url, serve, serve_url, Msg, Raw};
@@ -591,7 +590,6 @@ async fn shutdown_rolls_back_open_transactions() {
             .count();
         assert_eq!(n, 1, "{engine}: the open transaction landed nothing");
         again.stop().await;
-        let _ = Arc::new(());
     }
 }
 
