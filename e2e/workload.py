@@ -310,6 +310,44 @@ def workload(r, attach_sql, reattach):
     q("inline_flush_all", "SELECT * FROM ducklake_flush_inlined_data('lake')")
     q("inline_final", "SELECT count(*), sum(k), string_agg(v, ',' ORDER BY k) FROM lake.s1.small")
 
+    # --- every column type DuckLake keeps in an inlined-data table ---------------------------
+    # DuckLake declares these with PostgreSQL's types (interval, time with time zone, numeric,
+    # bytea, ...) and sends each value as a literal; LIST/STRUCT/HUGEINT/unsigned go as text.
+    x("types_create", "CREATE TABLE lake.s1.typed(b BOOLEAN, ti TINYINT, si SMALLINT, i INTEGER, "
+      "bi BIGINT, ut UTINYINT, us USMALLINT, ui UINTEGER, ub UBIGINT, hi HUGEINT, f FLOAT, "
+      "d DOUBLE, dec DECIMAL(38,10), v VARCHAR, bl BLOB, dt DATE, tm TIME, ttz TIMETZ, "
+      "ts TIMESTAMP, tstz TIMESTAMPTZ, tsn TIMESTAMP_NS, iv INTERVAL, u UUID, j JSON, "
+      "l INTEGER[], st STRUCT(a INTEGER, b VARCHAR))")
+    q("types_insert", """INSERT INTO lake.s1.typed VALUES
+      (true, -128, -32768, -2147483648, -9223372036854775808, 255, 65535, 4294967295,
+       18446744073709551615, -12345678901234567890123, -1.5e-7, 'inf',
+       -1234567890123456789012345678.0123456789, 'it''s "q" é', '\\x00\\x01'::BLOB,
+       DATE '0001-01-01', TIME '00:00:00', TIMETZ '01:02:03.5-05:30',
+       TIMESTAMP '1900-01-01 00:00:00.000001', TIMESTAMPTZ '2262-04-11 23:47:16+00',
+       TIMESTAMP_NS '1970-01-01 00:00:00.000000001', INTERVAL '1 year 2 days 03:00:00',
+       '00000000-0000-0000-0000-000000000000', '[1, {"a": null}]', [], {'a': NULL, 'b': ''}),
+      (false, 127, 32767, 2147483647, 9223372036854775807, 0, 0, 0, 0,
+       98765432109876543210987, 3.4e38, -0.0, 0.0000000001, '', ''::BLOB, DATE '9999-12-31',
+       TIME '23:59:59.999999', TIMETZ '23:59:59+15:59', TIMESTAMP '2024-02-29 12:00:00',
+       TIMESTAMPTZ '1970-01-01 00:00:00+00', TIMESTAMP_NS '2024-01-01 00:00:00.123456789',
+       INTERVAL '100 hours 0.000001 seconds', 'FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF', 'null',
+       [NULL, 3], NULL),
+      (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)""")
+    typed = "SELECT COLUMNS(*)::VARCHAR FROM lake.s1.typed ORDER BY i NULLS LAST"
+    q("types_read", typed)
+    q("types_inlined", "SELECT count(*) FROM ducklake_list_files('lake', 'typed', schema => 's1')")
+    q("types_filter", "SELECT i FROM lake.s1.typed WHERE iv > INTERVAL '1 month' "
+      "OR ttz > TIMETZ '12:00:00+00' ORDER BY i")
+    q("types_update", "UPDATE lake.s1.typed SET iv = iv + INTERVAL '1 month', "
+      "ttz = TIMETZ '10:00:00+01', dec = dec * 2 WHERE i > 0")
+    q("types_read_updated", typed)
+    q("types_flush", "SELECT * FROM ducklake_flush_inlined_data('lake', schema_name => 's1', "
+      "table_name => 'typed')")
+    q("types_files_after_flush", "SELECT count(*) FROM ducklake_list_files('lake', 'typed', "
+      "schema => 's1')")
+    q("types_read_after_flush", typed)
+
     # --- options -----------------------------------------------------------------------------
     x("option_compression", "CALL lake.set_option('parquet_compression', 'zstd')")
     x("option_table_scoped", "CALL lake.set_option('parquet_row_group_size', 1000, "

@@ -4,7 +4,8 @@
 //! The binary forms follow PostgreSQL's `*send`/`*recv` functions: integers and floats
 //! big-endian, timestamps as µs and dates as days since 2000-01-01, `uuid` as 16 bytes,
 //! `numeric` as base-10000 digits with weight, sign and display scale, `tid` as block and
-//! offset, arrays with their dimensions and element oid.
+//! offset, `interval` as µs, days and months, `timetz` as µs and the zone's offset west of
+//! UTC, arrays with their dimensions and element oid.
 
 use std::sync::Arc;
 
@@ -15,11 +16,12 @@ use rocklake_sql::datafusion::arrow::array::{
 };
 use rocklake_sql::datafusion::arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
-    Int64Type, Int8Type, Time64MicrosecondType, TimeUnit, TimestampMicrosecondType, UInt16Type,
-    UInt32Type, UInt64Type, UInt8Type,
+    Int64Type, Int8Type, IntervalMonthDayNanoType, IntervalUnit, Time64MicrosecondType, TimeUnit,
+    TimestampMicrosecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 use rocklake_sql::pg::PgType;
-use rocklake_sql::types::{pg_text, SqlType};
+use rocklake_sql::temporal::TimeTz;
+use rocklake_sql::types::{interval_of, pg_text, SqlType};
 use rocklake_sql::SqlError;
 
 /// µs from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
@@ -174,6 +176,18 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
         "time" => match array.data_type() {
             DataType::Time64(TimeUnit::Microsecond) => {
                 buf.put_i64(array.as_primitive::<Time64MicrosecondType>().value(row))
+            }
+            _ => return Err(cannot()),
+        },
+        "timetz" => {
+            let s = pg_text(array, row).unwrap_or_default();
+            let t = TimeTz::parse(&s).map_err(|m| SqlError::new("22007", m))?;
+            buf.extend_from_slice(&t.to_bytes());
+        }
+        "interval" => match array.data_type() {
+            DataType::Interval(IntervalUnit::MonthDayNano) => {
+                let v = interval_of(array.as_primitive::<IntervalMonthDayNanoType>().value(row));
+                buf.extend_from_slice(&v.to_bytes());
             }
             _ => return Err(cannot()),
         },
@@ -628,6 +642,18 @@ fn recv(b: &[u8], ty: SqlType) -> Result<Value, SqlError> {
         SqlType::Time => {
             need(8)?;
             Value::Int(be64())
+        }
+        SqlType::TimeTz => {
+            need(12)?;
+            let t = TimeTz::from_bytes(b).unwrap_or(TimeTz {
+                micros: 0,
+                offset_secs: 0,
+            });
+            Value::Text(t.to_pg_text())
+        }
+        SqlType::Interval => {
+            need(16)?;
+            Value::Bytes(b.to_vec())
         }
         SqlType::Bytea => Value::Bytes(b.to_vec()),
         SqlType::Double => {

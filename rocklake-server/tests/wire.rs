@@ -14,17 +14,19 @@ use rocklake_server::ServerOptions;
 const SETUP: &str = "\
 CREATE TABLE t (a BIGINT PRIMARY KEY, i INTEGER, s SMALLINT, b BOOLEAN, v VARCHAR, x TEXT, \
   u UUID, tz TIMESTAMPTZ, ts TIMESTAMP, d DATE, tm TIME, by BYTEA, f DOUBLE PRECISION, r REAL, \
-  n NUMERIC(18,3));
+  n NUMERIC(18,3), iv INTERVAL, ttz TIME WITH TIME ZONE);
 INSERT INTO t VALUES \
   (1, 2, 3, true, 'héllo', 'two words', '01a2299c-f7b9-7b05-a991-ec06f4a6b25c', \
    '2026-11-29 23:21:17.336452+00', '1999-12-31 23:59:59', '1970-01-01', '12:34:56.789', \
-   '\\xdeadbeef', 1.5, 2.25, 12345.678), \
-  (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), \
+   '\\xdeadbeef', 1.5, 2.25, 12345.678, '1 year 2 mons 3 days 04:05:06.7', '12:34:56.789+02'), \
+  (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+   NULL), \
   (3, -2147483648, -32768, false, '', 'back\\slash \"q\"', '00000000-0000-0000-0000-000000000000', \
    '1900-01-01 00:00:00+00', '2100-06-30 12:00:00.5', '2000-01-01', '00:00:00', '\\x', \
-   -0.25, 1e20, -0.001), \
+   -0.25, 1e20, -0.001, '-1 days +02:00:00', '00:00:00-05:30'), \
   (4, 7, 7, true, 'x', 'y', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '2000-01-01 00:00:00+00', \
-   '2000-01-01 00:00:00', '1999-12-31', '23:59:59.999999', '\\x00ff', 1e-7, -3.5, 100000000);";
+   '2000-01-01 00:00:00', '1999-12-31', '23:59:59.999999', '\\x00ff', 1e-7, -3.5, 100000000, \
+   '00:00:00', '23:59:59.999999+00');";
 
 /// The queries whose every backend message must match PostgreSQL's.
 const QUERIES: &[&str] = &[

@@ -53,6 +53,8 @@ pub mod state {
     pub const INVALID_TEXT: &str = "22P02";
     /// `22003` numeric_value_out_of_range.
     pub const OUT_OF_RANGE: &str = "22003";
+    /// `invalid_datetime_format`: a date, time or interval that does not parse.
+    pub const INVALID_DATETIME: &str = "22007";
     /// `25P02` in_failed_sql_transaction.
     pub const IN_FAILED_TRANSACTION: &str = "25P02";
     /// `25006` read_only_sql_transaction.
@@ -169,6 +171,7 @@ impl From<datafusion::error::DataFusionError> for SqlError {
                 use datafusion::arrow::error::ArrowError as A;
                 let code = match a.as_ref() {
                     A::DivideByZero => state::DIVISION_BY_ZERO,
+                    A::CastError(m) if m.contains("overflow") => state::OUT_OF_RANGE,
                     A::CastError(_) | A::ParseError(_) => state::INVALID_TEXT,
                     A::ArithmeticOverflow(_) => state::OUT_OF_RANGE,
                     other if other.to_string().contains("overflow") => state::OUT_OF_RANGE,

@@ -30,6 +30,7 @@ pub mod pg;
 pub mod provider;
 pub mod relation;
 pub mod session;
+pub mod temporal;
 pub mod txn;
 pub mod types;
 

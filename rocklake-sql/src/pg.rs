@@ -18,7 +18,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, BooleanArray, Float32Array, Int16Array, Int16Builder, Int32Array, Int64Array,
     ListBuilder, RecordBatch, StringArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, IntervalUnit, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
 
@@ -81,6 +81,7 @@ pub const PG_TYPES: &[PgType] = &[
     t("timestamp", 1114, 8, 0),
     t("timestamptz", 1184, 8, 0),
     t("interval", 1186, 16, 0),
+    t("timetz", 1266, 12, 0),
     t("numeric", 1700, -1, 0),
     t("regclass", 2205, 4, 0),
     t("uuid", 2950, 16, 0),
@@ -105,6 +106,8 @@ pub fn sql_type_name(ty: SqlType) -> &'static str {
         SqlType::Timestamp => "timestamp",
         SqlType::Date => "date",
         SqlType::Time => "time",
+        SqlType::TimeTz => "timetz",
+        SqlType::Interval => "interval",
         SqlType::Bytea => "bytea",
         SqlType::Double => "float8",
         SqlType::Real => "float4",
@@ -181,7 +184,7 @@ fn arrow_fits(pg: &str, dt: &DataType) -> bool {
         "int4" | "oid" | "regclass" => dt == &DataType::Int32 || dt == &DataType::Int64,
         "int2" => dt == &DataType::Int16,
         "bool" => dt == &DataType::Boolean,
-        "varchar" | "text" | "name" | "char" | "uuid" | "tid" | "bpchar" => {
+        "varchar" | "text" | "name" | "char" | "uuid" | "tid" | "bpchar" | "timetz" => {
             matches!(
                 dt,
                 DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
@@ -191,6 +194,7 @@ fn arrow_fits(pg: &str, dt: &DataType) -> bool {
         "timestamp" => matches!(dt, DataType::Timestamp(TimeUnit::Microsecond, None)),
         "date" => dt == &DataType::Date32,
         "time" => dt == &DataType::Time64(TimeUnit::Microsecond),
+        "interval" => dt == &DataType::Interval(IntervalUnit::MonthDayNano),
         "bytea" => dt == &DataType::Binary,
         "float8" => dt == &DataType::Float64,
         "float4" => dt == &DataType::Float32,

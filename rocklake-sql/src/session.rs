@@ -145,6 +145,9 @@ impl Session {
             .with_target_partitions(1);
         let opts = config.options_mut();
         opts.sql_parser.map_string_types_to_utf8view = false;
+        // A numeric literal is exact, as in PostgreSQL (`1234567890123.0123456789`, or an
+        // integer past i64, stays every digit instead of becoming a double).
+        opts.sql_parser.parse_float_as_decimal = true;
         opts.sql_parser.dialect = "PostgreSQL".parse().unwrap_or_default();
         let ctx = SessionContext::new_with_config(config);
         // `now()` is the transaction's start, as in PostgreSQL (DataFusion's own is the
@@ -681,9 +684,10 @@ impl Session {
                 })
                 .collect::<Result<_>>()?
         };
-        let Some(source) = ins.source.clone() else {
+        let Some(mut source) = ins.source.clone() else {
             return Err(SqlError::unsupported("INSERT ... DEFAULT VALUES"));
         };
+        cast_values_to_targets(&mut source, &rel, &targets);
         let (_, batches) = self.query(*source).await?;
         let mut n = 0usize;
         let mut rows: Vec<Vec<Value>> = Vec::new();
@@ -1552,20 +1556,125 @@ fn rename_columns(
     Ok((renamed, batches))
 }
 
-/// Casts DataFusion has no type for, as this layer stores them: `uuid` is its canonical text
-/// (a uuid column checks and canonicalises what it is given), `tid` is a ctid's text form.
+/// The text of a number literal, with its sign (`-1.5e-07`); `None` for any other expression.
+fn number_literal(e: &Expr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{UnaryOperator, Value as SqlValue};
+    match e {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Number(n, _) => Some(n.clone()),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => number_literal(expr).map(|n| format!("-{n}")),
+        Expr::Nested(inner) => number_literal(inner),
+        _ => None,
+    }
+}
+
+/// An interval in the unit-by-unit form DataFusion's interval parser reads.
+fn datafusion_interval_text(iv: crate::temporal::Interval) -> String {
+    format!(
+        "{} months {} days {} microseconds",
+        iv.months, iv.days, iv.micros
+    )
+}
+
+/// In `INSERT ... VALUES`, PostgreSQL converts each value to its target column's type on its
+/// own; DataFusion first unifies each VALUES column into one type, which can fail where
+/// PostgreSQL succeeds (a double column given `CAST('inf' AS DOUBLE)` in one row and the exact
+/// literal `3.4e+38` in another unifies to a decimal that cannot hold infinity). So every
+/// value bound for a numeric or interval column is cast to that column's type first (interval
+/// text read with PostgreSQL's syntax). Other types are
+/// left to [`SqlType::coerce`], which reads PostgreSQL's text forms (bytea, interval) that a
+/// DataFusion cast would not.
+fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: &[usize]) {
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    use datafusion::sql::sqlparser::ast::{CastKind, DataType as D, ExactNumberInfo};
+    let SetExpr::Values(values) = source.body.as_mut() else {
+        return;
+    };
+    for row in &mut values.rows {
+        for (j, e) in row.iter_mut().enumerate() {
+            let Some(col) = targets.get(j).and_then(|t| rel.columns.get(*t)) else {
+                continue;
+            };
+            let data_type = match col.ty {
+                SqlType::BigInt => D::BigInt(None),
+                SqlType::Integer => D::Int(None),
+                SqlType::SmallInt => D::SmallInt(None),
+                SqlType::Double | SqlType::Real => {
+                    // A number literal goes in as its text, which parses to the nearest float;
+                    // through an exact decimal it could land one unit off (3.4e+38).
+                    if let Some(text) = number_literal(e) {
+                        *e = Expr::Value(SqlValue::SingleQuotedString(text).into());
+                    }
+                    if col.ty == SqlType::Double {
+                        D::DoublePrecision
+                    } else {
+                        D::Real
+                    }
+                }
+                SqlType::Numeric(p, s) => D::Decimal(ExactNumberInfo::PrecisionAndScale(
+                    u64::from(p),
+                    i64::from(s),
+                )),
+                SqlType::Interval => {
+                    // A text literal is read with PostgreSQL's syntax here; one that does not
+                    // parse is left to `coerce`, which names the column in its error.
+                    if let Expr::Value(v) = e {
+                        if let SqlValue::SingleQuotedString(text) = &mut v.value {
+                            match crate::temporal::Interval::parse(text) {
+                                Ok(iv) => *text = datafusion_interval_text(iv),
+                                Err(_) => continue,
+                            }
+                        }
+                    }
+                    D::Interval {
+                        fields: None,
+                        precision: None,
+                    }
+                }
+                _ => continue,
+            };
+            *e = Expr::Cast {
+                kind: CastKind::Cast,
+                expr: Box::new(e.clone()),
+                data_type,
+                array: false,
+                format: None,
+            };
+        }
+    }
+}
+
+/// Casts DataFusion has no type for, as this layer stores them: `uuid` and `time with time
+/// zone` are their text (a column of either type checks and canonicalises what it is given),
+/// `tid` is a ctid's text form. A text literal cast to `interval` is read with PostgreSQL's
+/// interval syntax (`1 year 2 mons 04:05:06`, which DataFusion's parser refuses) and handed
+/// on in a form DataFusion reads.
 fn rewrite_casts(stmt: &mut Statement) {
     use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
     let _ = visit_expressions_mut(stmt, |e| {
         if let Expr::Cast {
             expr, data_type, ..
         } = e
         {
-            let name = data_type.to_string();
-            if name.eq_ignore_ascii_case("tid") {
+            let name = data_type.to_string().to_ascii_lowercase();
+            if name == "tid" {
                 *e = (**expr).clone();
-            } else if name.eq_ignore_ascii_case("uuid") {
+            } else if matches!(name.as_str(), "uuid" | "timetz" | "time with time zone") {
                 *data_type = SqlDataType::Varchar(None);
+            } else if name == "interval" {
+                if let Expr::Value(v) = expr.as_mut() {
+                    if let SqlValue::SingleQuotedString(text) = &mut v.value {
+                        if let Ok(iv) = crate::temporal::Interval::parse(text) {
+                            *text = datafusion_interval_text(iv);
+                        }
+                    }
+                }
             }
         }
         ControlFlow::<()>::Continue(())

@@ -10,6 +10,8 @@
 //! | timestamp with time zone, timestamp | Timestamp(µs, UTC), Timestamp(µs) | integer (µs since 1970) |
 //! | date | Date32 | integer (days since 1970) |
 //! | time | Time64(µs) | integer (µs since midnight) |
+//! | time with time zone | Utf8 (PostgreSQL's text form, `12:34:56+02`) | text |
+//! | interval | Interval(MonthDayNano) | bytes (PostgreSQL's 16-byte binary form) |
 //! | bytea | Binary | bytes |
 //! | double precision, real | Float64, Float32 | text (shortest exact decimal form) |
 //! | numeric(p, s) | Decimal128(p, s) | text (the decimal) |
@@ -21,15 +23,26 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, Date32Array,
-    Date32Builder, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, StringArray,
-    StringBuilder, Time64MicrosecondArray, Time64MicrosecondBuilder, TimestampMicrosecondArray,
+    Date32Builder, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array,
+    IntervalMonthDayNanoArray, IntervalMonthDayNanoBuilder, StringArray, StringBuilder,
+    Time64MicrosecondArray, Time64MicrosecondBuilder, TimestampMicrosecondArray,
     TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit};
 use rocklake_core::values::Value;
 
 use crate::error::{state, Result, SqlError};
+use crate::temporal::{Interval, TimeTz};
+
+/// An Arrow interval as PostgreSQL's three fields (nanoseconds truncated to microseconds).
+pub fn interval_of(v: IntervalMonthDayNano) -> Interval {
+    Interval {
+        months: v.months,
+        days: v.days,
+        micros: v.nanoseconds / 1_000,
+    }
+}
 
 /// A column type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +67,10 @@ pub enum SqlType {
     Date,
     /// `time without time zone`
     Time,
+    /// `time with time zone`
+    TimeTz,
+    /// `interval`
+    Interval,
     /// `bytea`
     Bytea,
     /// `double precision`
@@ -101,6 +118,8 @@ impl SqlType {
             }
             "date" => SqlType::Date,
             "time" | "time without time zone" => SqlType::Time,
+            "timetz" | "time with time zone" => SqlType::TimeTz,
+            "interval" => SqlType::Interval,
             "bytea" | "blob" => SqlType::Bytea,
             "double precision" | "double" | "float8" | "float" => SqlType::Double,
             "real" | "float4" => SqlType::Real,
@@ -122,7 +141,8 @@ impl SqlType {
                 return Err(SqlError::unsupported(format!(
                     "type {declared:?} is not supported by RockLake's SQL layer (supported: \
                      bigint, integer, smallint, boolean, varchar/text, uuid, timestamp [with time \
-                     zone], date, time, bytea, double precision, real, numeric(p, s))"
+                     zone], date, time [with time zone], interval, bytea, double precision, real, \
+                     numeric(p, s))"
                 )))
             }
         })
@@ -141,6 +161,8 @@ impl SqlType {
             SqlType::Timestamp => "timestamp without time zone".into(),
             SqlType::Date => "date".into(),
             SqlType::Time => "time without time zone".into(),
+            SqlType::TimeTz => "time with time zone".into(),
+            SqlType::Interval => "interval".into(),
             SqlType::Bytea => "bytea".into(),
             SqlType::Double => "double precision".into(),
             SqlType::Real => "real".into(),
@@ -155,7 +177,8 @@ impl SqlType {
             SqlType::Integer => DataType::Int32,
             SqlType::SmallInt => DataType::Int16,
             SqlType::Boolean => DataType::Boolean,
-            SqlType::Text | SqlType::Uuid => DataType::Utf8,
+            SqlType::Text | SqlType::Uuid | SqlType::TimeTz => DataType::Utf8,
+            SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
             SqlType::TimestampTz => {
                 DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
             }
@@ -218,7 +241,7 @@ impl SqlType {
                 }
                 Arc::new(b.finish())
             }
-            SqlType::Text | SqlType::Uuid => {
+            SqlType::Text | SqlType::Uuid | SqlType::TimeTz => {
                 let mut b = StringBuilder::with_capacity(cells.len(), cells.len() * 16);
                 for v in cells {
                     b.append_option(text(v)?);
@@ -247,6 +270,24 @@ impl SqlType {
                 let mut b = Time64MicrosecondBuilder::with_capacity(cells.len());
                 for v in cells {
                     b.append_option(int(v)?);
+                }
+                Arc::new(b.finish())
+            }
+            SqlType::Interval => {
+                let mut b = IntervalMonthDayNanoBuilder::with_capacity(cells.len());
+                for v in cells {
+                    match v {
+                        Value::Null => b.append_null(),
+                        Value::Bytes(x) => {
+                            let iv = Interval::from_bytes(x).ok_or_else(|| bad(v))?;
+                            b.append_value(IntervalMonthDayNano::new(
+                                iv.months,
+                                iv.days,
+                                iv.micros.saturating_mul(1_000),
+                            ));
+                        }
+                        other => return Err(bad(other)),
+                    }
                 }
                 Arc::new(b.finish())
             }
@@ -317,6 +358,19 @@ impl SqlType {
             }
             SqlType::Date => Value::Int(get!(Date32Array).into()),
             SqlType::Time => Value::Int(get!(Time64MicrosecondArray)),
+            SqlType::TimeTz => {
+                let s = get!(StringArray);
+                Value::Text(
+                    TimeTz::parse(s)
+                        .map_err(|m| SqlError::new(state::INVALID_DATETIME, m))?
+                        .to_pg_text(),
+                )
+            }
+            SqlType::Interval => Value::Bytes(
+                interval_of(get!(IntervalMonthDayNanoArray))
+                    .to_bytes()
+                    .to_vec(),
+            ),
             SqlType::Bytea => Value::Bytes(get!(BinaryArray).to_vec()),
             SqlType::Double => Value::Text(float_text(get!(Float64Array))),
             SqlType::Real => Value::Text(float_text(f64::from(get!(Float32Array)))),
@@ -360,6 +414,32 @@ impl SqlType {
                     }
                     return Ok(Arc::new(b.finish()));
                 }
+            }
+        }
+        // Text into interval reads PostgreSQL's interval input, which Arrow's parser does not
+        // (`04:05:06`, `2 mons`, `ago`).
+        if *self == SqlType::Interval {
+            if let Some(text) = array.as_any().downcast_ref::<StringArray>() {
+                let mut b = IntervalMonthDayNanoBuilder::with_capacity(text.len());
+                for v in text.iter() {
+                    match v {
+                        None => b.append_null(),
+                        Some(s) => {
+                            let iv = Interval::parse(s).map_err(|m| {
+                                SqlError::new(
+                                    state::INVALID_DATETIME,
+                                    format!("{m} (column \"{column}\")"),
+                                )
+                            })?;
+                            b.append_value(IntervalMonthDayNano::new(
+                                iv.months,
+                                iv.days,
+                                iv.micros.saturating_mul(1_000),
+                            ));
+                        }
+                    }
+                }
+                return Ok(Arc::new(b.finish()));
             }
         }
         let safe = datafusion::arrow::compute::CastOptions {
@@ -481,8 +561,8 @@ pub fn canonical_uuid(s: &str) -> Result<String> {
 pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::{
-        Float32Type, Float64Type, TimestampMicrosecondType, TimestampMillisecondType,
-        TimestampNanosecondType, TimestampSecondType,
+        Float32Type, Float64Type, IntervalMonthDayNanoType, TimestampMicrosecondType,
+        TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
     };
     if array.is_null(row) || array.data_type() == &DataType::Null {
         return None;
@@ -511,6 +591,9 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
             "f"
         }
         .to_string(),
+        DataType::Interval(IntervalUnit::MonthDayNano) => {
+            interval_of(array.as_primitive::<IntervalMonthDayNanoType>().value(row)).to_pg_text()
+        }
         DataType::Float64 => pg_float(array.as_primitive::<Float64Type>().value(row)),
         DataType::Float32 => pg_real(array.as_primitive::<Float32Type>().value(row)),
         DataType::Binary => {

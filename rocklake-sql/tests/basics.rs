@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{err, open, q, stores};
+use common::{err, open, q, q_pg, stores};
 use rocklake_sql::{Session, Status};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -432,5 +432,87 @@ async fn copy_from_stdin_takes_typed_rows_whole_or_not_at_all() {
             ["3"]
         );
         db.close().await.unwrap();
+    }
+}
+
+/// `interval` and `time with time zone` take PostgreSQL's input forms and print PostgreSQL's
+/// output forms; numeric literals are exact; each VALUES row converts to the column's type on
+/// its own, so rows that DataFusion alone could not unify still insert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intervals_timetz_and_exact_numeric_literals_as_postgresql() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        q(
+            &mut s,
+            "CREATE TABLE k (id BIGINT PRIMARY KEY, iv INTERVAL, tz TIME WITH TIME ZONE, \
+                   n NUMERIC(38,10), d DOUBLE PRECISION, v VARCHAR)",
+        )
+        .await;
+        assert_eq!(
+            q(
+                &mut s,
+                "INSERT INTO k VALUES \
+                (1, '1 year 2 months 3 days 04:05:06.7', '12:34:56+02', 1234567890123.0123456789, \
+                 CAST('inf' AS DOUBLE PRECISION), 170141183460469231731687303715884105727), \
+                (2, CAST('-1 day 2 hours' AS INTERVAL), '01:02:03-0530', 0.1, 3.4e+38, NULL), \
+                (3, NULL, NULL, NULL, NULL, NULL)"
+            )
+            .await,
+            ["INSERT 0 3"],
+            "{}",
+            store.name
+        );
+        // The values as PostgreSQL 15 prints them (checked with psql).
+        assert_eq!(
+            q_pg(&mut s, "SELECT id, iv, tz, n, d, v FROM k ORDER BY id").await,
+            [
+                "1|1 year 2 mons 3 days 04:05:06.7|12:34:56+02|1234567890123.0123456789|Infinity|170141183460469231731687303715884105727",
+                "2|-1 days +02:00:00|01:02:03-05:30|0.1000000000|3.4e+38|NULL",
+                "3|NULL|NULL|NULL|NULL|NULL",
+            ],
+            "{}",
+            store.name
+        );
+        assert_eq!(
+            q(
+                &mut s,
+                "UPDATE k SET iv = '@ 1 min ago', tz = '23:59:59.5+00' WHERE id = 1"
+            )
+            .await,
+            ["UPDATE 1"]
+        );
+        assert_eq!(
+            q_pg(&mut s, "SELECT iv, tz FROM k WHERE id = 1").await,
+            ["-00:01:00|23:59:59.5+00"]
+        );
+        // Bad input is refused with PostgreSQL's SQLSTATE and changes nothing.
+        for bad in [
+            "INSERT INTO k (id, iv) VALUES (9, '1 fortnight')",
+            "INSERT INTO k (id, tz) VALUES (9, '25:00:00+01')",
+            "INSERT INTO k (id, tz) VALUES (9, '12:00:00+16')",
+        ] {
+            let (code, msg) = err(&mut s, bad).await;
+            assert_eq!(code, "22007", "{bad}: {msg}");
+        }
+        let (code, msg) = err(&mut s, "INSERT INTO k (id, n) VALUES (9, 1e40)").await;
+        assert_eq!(code, "22003", "{msg}");
+        assert_eq!(q(&mut s, "SELECT count(*) FROM k").await, ["3"]);
+        db.close().await.unwrap();
+        if store.name != "model" {
+            let db = open(&store).await;
+            let mut s = Session::new(db.clone());
+            assert_eq!(
+                q_pg(&mut s, "SELECT iv, tz FROM k ORDER BY id").await,
+                [
+                    "-00:01:00|23:59:59.5+00",
+                    "-1 days +02:00:00|01:02:03-05:30",
+                    "NULL|NULL"
+                ],
+                "{}: after a reopen",
+                store.name
+            );
+            db.close().await.unwrap();
+        }
     }
 }

@@ -69,6 +69,29 @@ pub fn lines(out: &Output) -> Vec<String> {
     v
 }
 
+/// Run and render each value in PostgreSQL's text form (what a client reading text results
+/// sees); panics with the statement on error.
+pub async fn q_pg(s: &mut Session, sql: &str) -> Vec<String> {
+    let out = s.run(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let Output::Rows { batches, .. } = &out else {
+        return vec![out.tag()];
+    };
+    let mut v = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            let cells: Vec<String> = b
+                .columns()
+                .iter()
+                .map(|c| {
+                    rocklake_sql::types::pg_text(c.as_ref(), r).unwrap_or_else(|| "NULL".into())
+                })
+                .collect();
+            v.push(cells.join("|"));
+        }
+    }
+    v
+}
+
 /// Run and render; panics with the statement on error.
 pub async fn q(s: &mut Session, sql: &str) -> Vec<String> {
     match s.run(sql).await {
