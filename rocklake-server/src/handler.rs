@@ -14,7 +14,7 @@ use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler,
 };
 use pgwire::api::copy::CopyHandler;
-use pgwire::api::portal::Portal;
+use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
     DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
@@ -51,6 +51,8 @@ pub(crate) struct Conn {
     session: AsyncMutex<Session>,
     /// The `COPY ... FROM STDIN` in progress.
     copy: Mutex<Option<CopyIn>>,
+    /// The parameter values of each bound portal, converted at Bind.
+    bound: Mutex<HashMap<String, Vec<rocklake_sql::datafusion::sql::sqlparser::ast::Expr>>>,
     /// The session knows the client's database name.
     named: std::sync::atomic::AtomicBool,
     peer: std::net::SocketAddr,
@@ -62,6 +64,7 @@ impl Conn {
             named: std::sync::atomic::AtomicBool::new(false),
             session: AsyncMutex::new(Session::new(db)),
             copy: Mutex::new(None),
+            bound: Mutex::new(HashMap::new()),
             peer,
         }
     }
@@ -113,17 +116,27 @@ fn row_description(schema: &SchemaRef, binary: bool) -> RowDescription {
 }
 
 fn field_infos(schema: &SchemaRef) -> Vec<FieldInfo> {
+    field_infos_as(schema, &Format::UnifiedText)
+}
+
+/// The result columns, each in the format the client asked for in its Bind.
+fn field_infos_as(schema: &SchemaRef, format: &Format) -> Vec<FieldInfo> {
     schema
         .fields()
         .iter()
-        .map(|f| {
+        .enumerate()
+        .map(|(i, f)| {
             let (t, typmod) = column_type(f);
             FieldInfo::new(
                 f.name().clone(),
                 None,
                 None,
                 Type::from_oid(t.oid).unwrap_or(Type::TEXT),
-                FieldFormat::Text,
+                if is_binary(format, i) {
+                    FieldFormat::Binary
+                } else {
+                    FieldFormat::Text
+                },
             )
             .with_type_size(t.len)
             .with_type_modifier(typmod)
@@ -480,6 +493,120 @@ impl ExtendedQueryHandler for Conn {
         Arc::new(TextParser)
     }
 
+    /// Bind converts the parameter values right away, so that a value that is not of its
+    /// type is refused at Bind, as PostgreSQL refuses it; Execute takes the converted values.
+    async fn on_bind<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Bind,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::api::store::Entry;
+        let statement_name = message
+            .statement_name
+            .as_deref()
+            .unwrap_or(pgwire::api::DEFAULT_NAME);
+        match client.portal_store().get_statement(statement_name) {
+            Some(Entry::Value(statement)) => {
+                let portal = Portal::try_new(&message, statement)?;
+                let params = {
+                    let mut session = self.session.lock().await;
+                    if let Format::Individual(codes) = &portal.result_column_format {
+                        if codes.len() > 1 {
+                            let (_, schema) = session
+                                .describe(&portal.statement.statement)
+                                .await
+                                .map_err(|e| user_error(&e))?;
+                            let n = schema.map_or(0, |s| s.fields().len());
+                            check_formats(&portal.result_column_format, n, |k| {
+                                format!(
+                                    "bind message has {k} result formats but query has {n} columns"
+                                )
+                            })?;
+                        }
+                    }
+                    bind_parameters(&mut session, &portal).await?
+                };
+                self.bound
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(portal.name.clone(), params);
+                client.portal_store().put_portal(Arc::new(portal));
+            }
+            Some(Entry::Empty) => {
+                if !message.parameters.is_empty() {
+                    return Err(user_error(&SqlError::new(
+                        "08P01",
+                        format!(
+                            "bind message supplies {} parameters, but prepared statement \"{}\" requires 0",
+                            message.parameters.len(),
+                            message.statement_name.as_deref().unwrap_or("")
+                        ),
+                    )));
+                }
+                let portal_name = message
+                    .portal_name
+                    .as_deref()
+                    .unwrap_or(pgwire::api::DEFAULT_NAME);
+                client.portal_store().put_empty_portal(portal_name);
+            }
+            None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
+        }
+        client
+            .send(PgWireBackendMessage::BindComplete(
+                pgwire::messages::extendedquery::BindComplete::new(),
+            ))
+            .await?;
+        Ok(())
+    }
+
+    /// Describe of a statement that returns no rows answers NoData after its
+    /// ParameterDescription, as PostgreSQL does (pgwire's own sends an empty RowDescription
+    /// once there are parameters).
+    async fn on_describe<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Describe,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = String>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == b'S' {
+            let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+            if let Some(pgwire::api::store::Entry::Value(stmt)) =
+                client.portal_store().get_statement(name)
+            {
+                let r = self.do_describe_statement(client, &stmt).await?;
+                if r.fields.is_empty() {
+                    client
+                        .send(PgWireBackendMessage::ParameterDescription(
+                            pgwire::messages::data::ParameterDescription::new(
+                                r.parameters.iter().map(|t| t.oid()).collect(),
+                            ),
+                        ))
+                        .await?;
+                    client
+                        .send(PgWireBackendMessage::NoData(
+                            pgwire::messages::data::NoData::new(),
+                        ))
+                        .await?;
+                } else {
+                    pgwire::api::query::send_describe_response(client, &r).await?;
+                }
+                return Ok(());
+            }
+        }
+        self._on_describe(client, message).await
+    }
+
     async fn do_describe_statement<C>(
         &self,
         client: &mut C,
@@ -497,13 +624,24 @@ impl ExtendedQueryHandler for Conn {
             .describe(&target.statement)
             .await
             .map_err(|e| user_error(&e))?;
-        let params = params
-            .iter()
-            .map(|p| {
-                p.as_ref()
-                    .and_then(|dt| pg_type_of(&Field::new("p", dt.clone(), true)))
-                    .and_then(|(t, _)| Type::from_oid(t.oid))
-                    .unwrap_or(Type::UNKNOWN)
+        // The types the client declared in its Parse win, as in PostgreSQL; the rest are
+        // inferred, and one nothing determines is text (as PostgreSQL resolves `SELECT $1`).
+        let declared = &target.parameter_types;
+        let params = (0..params.len().max(declared.len()))
+            .map(|i| {
+                declared
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .filter(|t| *t != Type::UNKNOWN)
+                    .or_else(|| {
+                        params
+                            .get(i)
+                            .cloned()
+                            .flatten()
+                            .and_then(|f| param_type(&f))
+                    })
+                    .unwrap_or(Type::TEXT)
             })
             .collect();
         Ok(match schema {
@@ -523,16 +661,15 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if !target.parameters.is_empty() {
-            return Err(unsupported_parameters());
-        }
         let mut session = self.session.lock().await;
         let (_, schema) = session
             .describe(&target.statement.statement)
             .await
             .map_err(|e| user_error(&e))?;
         Ok(match schema {
-            Some(s) => DescribePortalResponse::new(field_infos(&s)),
+            Some(s) => {
+                DescribePortalResponse::new(field_infos_as(&s, &target.result_column_format))
+            }
             None => DescribePortalResponse::no_data(),
         })
     }
@@ -549,11 +686,19 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if !portal.parameters.is_empty() {
-            return Err(unsupported_parameters());
-        }
         let mut session = self.session.lock().await;
-        let mut results = session.execute(&portal.statement.statement).await;
+        let cached = self
+            .bound
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&portal.name);
+        let params = match cached {
+            Some(p) => p,
+            None => bind_parameters(&mut session, portal).await?,
+        };
+        let mut results = session
+            .execute_with_params(&portal.statement.statement, &params)
+            .await;
         client.set_transaction_status(status_of(session.status()));
         if results.len() > 1 {
             return Err(user_error(&SqlError::new(
@@ -565,17 +710,34 @@ impl ExtendedQueryHandler for Conn {
             None => Ok(Response::EmptyQuery),
             Some(Err(e)) => Err(user_error(&e)),
             Some(Ok(Output::Rows { schema, batches })) => {
-                // Text rows, through pgwire's encoder (the portal's RowDescription came
-                // from Describe).
-                let fields = Arc::new(field_infos(&schema));
+                // Each column in the format the Bind asked for (the portal's RowDescription
+                // came from Describe).
+                let format = &portal.result_column_format;
+                let n = schema.fields().len();
+                check_formats(format, n, |k| {
+                    format!("bind message has {k} result formats but query has {n} columns")
+                })?;
+                let fields = Arc::new(field_infos_as(&schema, format));
+                let types: Vec<PgType> = schema.fields().iter().map(|f| column_type(f).0).collect();
                 let mut rows = Vec::new();
                 for b in &batches {
                     for row in 0..b.num_rows() {
-                        let mut enc = pgwire::api::results::DataRowEncoder::new(fields.clone());
-                        for col in b.columns() {
-                            enc.encode_field(&text_value(col.as_ref(), row))?;
+                        let mut data = BytesMut::new();
+                        for (i, col) in b.columns().iter().enumerate() {
+                            if is_binary(format, i) {
+                                binary_value(&mut data, col.as_ref(), row, types[i])
+                                    .map_err(|e| user_error(&e))?;
+                            } else {
+                                match text_value(col.as_ref(), row) {
+                                    None => data.put_i32(-1),
+                                    Some(v) => {
+                                        data.put_i32(v.len() as i32);
+                                        data.extend_from_slice(v.as_bytes());
+                                    }
+                                }
+                            }
                         }
-                        rows.push(Ok(enc.take_row()));
+                        rows.push(Ok(DataRow::new(data, b.num_columns() as i16)));
                     }
                 }
                 Ok(Response::Query(pgwire::api::results::QueryResponse::new(
@@ -587,9 +749,11 @@ impl ExtendedQueryHandler for Conn {
                 let mut parts = tag.rsplitn(2, ' ');
                 let last = parts.next().unwrap_or_default();
                 let t = match (parts.next(), last.parse::<usize>()) {
-                    (Some(head), Ok(n)) => {
-                        pgwire::api::results::Tag::new(head.trim_end_matches(" 0")).with_rows(n)
-                    }
+                    // `INSERT 0 n`: pgwire writes the oid word when it is given one.
+                    (Some("INSERT 0"), Ok(n)) => pgwire::api::results::Tag::new("INSERT")
+                        .with_oid(0)
+                        .with_rows(n),
+                    (Some(head), Ok(n)) => pgwire::api::results::Tag::new(head).with_rows(n),
                     _ => pgwire::api::results::Tag::new(&tag),
                 };
                 Ok(Response::Execution(t))
@@ -601,11 +765,81 @@ impl ExtendedQueryHandler for Conn {
     }
 }
 
-fn unsupported_parameters() -> PgWireError {
-    user_error(&SqlError::unsupported(
-        "statements with $n parameters are not supported by RockLake's server yet; send the \
-         statement with its values as a simple query",
-    ))
+/// Whether value `i` goes in binary under a Bind's format codes (pgwire's own lookup panics
+/// past the end of a list of codes; the counts are checked by [`check_formats`]).
+fn is_binary(format: &Format, i: usize) -> bool {
+    match format {
+        Format::UnifiedText => false,
+        Format::UnifiedBinary => true,
+        Format::Individual(codes) => codes.get(i) == Some(&1),
+    }
+}
+
+/// A Bind whose list of format codes does not fit what it formats is refused, as PostgreSQL
+/// refuses it (`08P01`).
+fn check_formats(format: &Format, n: usize, message: impl Fn(usize) -> String) -> PgWireResult<()> {
+    match format {
+        Format::Individual(codes) if codes.len() != n => {
+            Err(user_error(&SqlError::new("08P01", message(codes.len()))))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The PostgreSQL type a parameter is announced as.
+fn param_type(f: &Field) -> Option<Type> {
+    pg_type_of(f).and_then(|(t, _)| Type::from_oid(t.oid))
+}
+
+/// A Bind's parameter values as the expressions that take the `$n`s' places. Each value's
+/// type is the one the client declared in its Parse, else the one inferred from the
+/// statement (as Describe announced it); a binary value of no known type is refused.
+async fn bind_parameters(
+    session: &mut Session,
+    portal: &Portal<String>,
+) -> PgWireResult<Vec<rocklake_sql::datafusion::sql::sqlparser::ast::Expr>> {
+    if portal.parameters.is_empty() {
+        return Ok(vec![]);
+    }
+    let n = portal.parameters.len();
+    check_formats(&portal.parameter_format, n, |k| {
+        format!("bind message has {k} parameter formats but {n} parameters")
+    })?;
+    let declared = &portal.statement.parameter_types;
+    let known = |i: usize| {
+        declared
+            .get(i)
+            .cloned()
+            .flatten()
+            .filter(|t| *t != Type::UNKNOWN)
+    };
+    let inferred = if (0..portal.parameters.len()).all(|i| known(i).is_some()) {
+        vec![]
+    } else {
+        session
+            .describe(&portal.statement.statement)
+            .await
+            .map(|(p, _)| p)
+            .unwrap_or_default()
+    };
+    portal
+        .parameters
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let oid = known(i)
+                .or_else(|| {
+                    inferred
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .and_then(|f| param_type(&f))
+                })
+                .map_or(0, |t| t.oid());
+            crate::wire::param_expr(v.as_deref(), is_binary(&portal.parameter_format, i), oid)
+                .map_err(|e| user_error(&e))
+        })
+        .collect()
 }
 
 /// The ParameterStatus values PostgreSQL 15 sends after authentication.

@@ -19,6 +19,7 @@ use rocklake_sql::datafusion::arrow::datatypes::{
     Int64Type, Int8Type, IntervalMonthDayNanoType, IntervalUnit, Time64MicrosecondType, TimeUnit,
     TimestampMicrosecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
+use rocklake_sql::datafusion::sql::sqlparser::ast::Expr;
 use rocklake_sql::pg::PgType;
 use rocklake_sql::temporal::TimeTz;
 use rocklake_sql::types::{interval_of, pg_text, SqlType};
@@ -580,6 +581,117 @@ fn unescape_copy_text(f: &str) -> String {
         }
     }
     out
+}
+
+/// The column type whose binary form is PostgreSQL type `oid`'s (numeric aside: its scale
+/// is the value's own).
+fn sql_type_of_oid(oid: u32) -> Option<SqlType> {
+    Some(match oid {
+        20 => SqlType::BigInt,
+        23 => SqlType::Integer,
+        21 => SqlType::SmallInt,
+        16 => SqlType::Boolean,
+        25 | 1043 | 19 | 1042 | 705 | 114 => SqlType::Text,
+        2950 => SqlType::Uuid,
+        1184 => SqlType::TimestampTz,
+        1114 => SqlType::Timestamp,
+        1082 => SqlType::Date,
+        1083 => SqlType::Time,
+        1266 => SqlType::TimeTz,
+        1186 => SqlType::Interval,
+        17 => SqlType::Bytea,
+        701 => SqlType::Double,
+        700 => SqlType::Real,
+        _ => return None,
+    })
+}
+
+/// A Bind parameter of PostgreSQL type `oid` (0: unknown), in text or binary form, as the
+/// SQL expression that takes its `$n`'s place: `NULL`, a number, a boolean, or its text form
+/// (cast where DataFusion would otherwise read the text as a string: floats, dates,
+/// intervals). A value that is not of its type is refused with PostgreSQL's SQLSTATE.
+pub fn param_expr(value: Option<&[u8]>, binary: bool, oid: u32) -> Result<Expr, SqlError> {
+    use rocklake_sql::datafusion::sql::sqlparser::ast::{CastKind, DataType as D, Value as V};
+    let Some(b) = value else {
+        return Ok(Expr::Value(V::Null.into()));
+    };
+    let name = rocklake_sql::pg::PG_TYPES
+        .iter()
+        .find(|t| t.oid == oid)
+        .map_or("unknown", |t| t.name);
+    let text = if !binary {
+        String::from_utf8(b.to_vec())
+            .map_err(|_| SqlError::new("22021", "invalid byte sequence for encoding \"UTF8\""))?
+    } else if oid == 1700 {
+        numeric_recv(b)?
+    } else {
+        let ty = sql_type_of_oid(oid).ok_or_else(|| {
+            SqlError::unsupported(format!(
+                "a binary parameter of type {name} (oid {oid}) is not supported; send it as text"
+            ))
+        })?;
+        let cell = recv(b, ty)?;
+        let a = ty.to_array(&[&cell], &|| "parameter".into())?;
+        text_value(a.as_ref(), 0).unwrap_or_default()
+    };
+    let invalid = |t: &str| {
+        SqlError::new(
+            "22P02",
+            format!("invalid input syntax for type {name}: \"{t}\""),
+        )
+    };
+    let lit = |s: String| Expr::Value(V::SingleQuotedString(s).into());
+    let cast = |s: String, data_type: D| Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(lit(s)),
+        data_type,
+        array: false,
+        format: None,
+    };
+    Ok(match oid {
+        20 | 21 | 23 | 26 | 1700 => {
+            let t = text.trim();
+            let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+            let plain = !digits.is_empty()
+                && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && digits.matches('.').count() <= usize::from(oid == 1700);
+            if !plain {
+                return Err(invalid(&text));
+            }
+            Expr::Value(V::Number(t.to_string(), false).into())
+        }
+        700 | 701 => {
+            if text.trim().parse::<f64>().is_err() {
+                return Err(invalid(&text));
+            }
+            cast(
+                text,
+                if oid == 700 {
+                    D::Real
+                } else {
+                    D::DoublePrecision
+                },
+            )
+        }
+        16 => match text.trim().to_ascii_lowercase().as_str() {
+            "t" | "true" | "yes" | "on" | "1" | "y" => Expr::Value(V::Boolean(true).into()),
+            "f" | "false" | "no" | "off" | "0" | "n" => Expr::Value(V::Boolean(false).into()),
+            _ => return Err(invalid(&text)),
+        },
+        1186 => {
+            let iv = rocklake_sql::temporal::Interval::parse(&text)
+                .map_err(|m| SqlError::new("22007", m))?;
+            cast(
+                iv.to_datafusion_text(),
+                D::Interval {
+                    fields: None,
+                    precision: None,
+                },
+            )
+        }
+        1082 => cast(text, D::Date),
+        _ => lit(text),
+    })
 }
 
 /// One binary field of column type `ty` as a stored cell.

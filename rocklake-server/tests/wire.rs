@@ -28,6 +28,9 @@ INSERT INTO t VALUES \
    '2000-01-01 00:00:00', '1999-12-31', '23:59:59.999999', '\\x00ff', 1e-7, -3.5, 100000000, \
    '00:00:00', '23:59:59.999999+00');";
 
+/// One extended-protocol case: SQL, declared parameter oids, parameters, result formats.
+type Extended<'a> = (&'a str, &'a [u32], Vec<common::Param<'a>>, &'a [i16]);
+
 /// The queries whose every backend message must match PostgreSQL's.
 const QUERIES: &[&str] = &[
     "COPY (SELECT * FROM t ORDER BY a) TO STDOUT (FORMAT binary)",
@@ -189,6 +192,89 @@ async fn every_message_matches_postgres() {
             let b = comparable(&ours.parse_describe(q).await);
             assert_eq!(b, a, "{engine}: describe {q}");
         }
+        // Bound parameters, text and binary, with results in text and binary, as drivers
+        // (tokio-postgres, JDBC, psycopg) send them; types declared or left to inference.
+        let one = 1i64.to_be_bytes();
+        let three = 3i32.to_be_bytes();
+        let half = 0.5f64.to_be_bytes();
+        let twenty = 20i64.to_be_bytes();
+        let extended: &[Extended] = &[
+            (
+                "SELECT * FROM t WHERE a = $1",
+                &[],
+                vec![(1, Some(&one[..]))],
+                &[1],
+            ),
+            (
+                "SELECT * FROM t WHERE a = $1",
+                &[20],
+                vec![(0, Some(b"3"))],
+                &[0],
+            ),
+            (
+                "SELECT a, v FROM t WHERE a > $1 AND v <> $2 ORDER BY a",
+                &[],
+                vec![(0, Some(b"1")), (0, Some(b"y"))],
+                &[],
+            ),
+            ("SELECT $1::BIGINT + 1", &[], vec![(0, Some(b"41"))], &[1]),
+            ("SELECT a FROM t WHERE a = $1", &[], vec![(0, None)], &[]),
+            (
+                "INSERT INTO t (a, i, f, v, iv) VALUES ($1, $2, $3, $4, $5)",
+                &[],
+                vec![
+                    (1, Some(&twenty[..])),
+                    (1, Some(&three[..])),
+                    (1, Some(&half[..])),
+                    (0, Some("bound 'quoted' é".as_bytes())),
+                    (0, Some(b"1 day 02:00:00")),
+                ],
+                &[],
+            ),
+            (
+                "SELECT a, i, f, v, iv FROM t WHERE a = $1",
+                &[],
+                vec![(0, Some(b"20"))],
+                &[1, 1, 1, 0, 1],
+            ),
+            (
+                "UPDATE t SET v = $1 WHERE a = $2",
+                &[],
+                vec![(0, Some(b"changed")), (0, Some(b"20"))],
+                &[],
+            ),
+            (
+                "DELETE FROM t WHERE a = $1 AND v = $2",
+                &[],
+                vec![(0, Some(b"20")), (0, Some(b"changed"))],
+                &[],
+            ),
+            ("SELECT count(*) FROM t", &[], vec![], &[1]),
+            (
+                "SELECT a FROM t WHERE a = $1",
+                &[],
+                vec![(0, Some(b"x"))],
+                &[],
+            ),
+            (
+                "SELECT $1, $2::INTEGER",
+                &[],
+                vec![(0, Some(b"x")), (0, Some(b"7"))],
+                &[1, 1],
+            ),
+            (
+                "SELECT a FROM t WHERE a = $1",
+                &[],
+                vec![(0, Some(b"1"))],
+                &[0, 1],
+            ),
+            ("SELECT a, v FROM t ORDER BY a", &[], vec![], &[0, 1]),
+        ];
+        for (q, types, params, results) in extended {
+            let a = comparable(&theirs.extended(q, types, params, results).await);
+            let b = comparable(&ours.extended(q, types, params, results).await);
+            assert_eq!(b, a, "{engine}: extended {q} {params:?}");
+        }
         let after = ours.query("SELECT count(*) FROM t").await;
         assert_eq!(
             String::from_utf8_lossy(&after[1].body[6..]),
@@ -198,7 +284,7 @@ async fn every_message_matches_postgres() {
         server.stop().await;
         eprintln!(
             "{engine}: {} queries, every message as PostgreSQL's",
-            QUERIES.len() + 12
+            QUERIES.len() + 12 + extended.len()
         );
     }
 }
@@ -678,4 +764,89 @@ async fn tls_when_a_certificate_is_configured() {
     plain.stop().await;
     let e = rocklake_server::tls_config(&key, &key).unwrap_err();
     assert!(e.to_string().contains("key.pem"), "{e}");
+}
+
+/// A real driver's typed API (tokio-postgres: Parse, Describe, Bind with binary values,
+/// binary results) on every engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_binds_typed_parameters() {
+    use tokio_postgres::error::SqlState;
+    use tokio_postgres::types::Type;
+    for engine in common::engines() {
+        let server = serve(engine, ServerOptions::default()).await;
+        let client = connect(&server.url("")).await.unwrap();
+        client
+            .batch_execute(
+                "CREATE TABLE p (id BIGINT PRIMARY KEY, name VARCHAR, score DOUBLE PRECISION, \
+                 n INTEGER)",
+            )
+            .await
+            .unwrap();
+        let ins = client
+            .prepare("INSERT INTO p (id, name, score, n) VALUES ($1, $2, $3, $4)")
+            .await
+            .unwrap();
+        assert_eq!(
+            ins.params(),
+            &[Type::INT8, Type::VARCHAR, Type::FLOAT8, Type::INT4],
+            "{engine}"
+        );
+        for i in 0..5i64 {
+            let name = format!("n{i}");
+            let n = i as i32 * 10;
+            let changed = client
+                .execute(&ins, &[&i, &name, &(i as f64 / 2.0), &n])
+                .await
+                .unwrap();
+            assert_eq!(changed, 1, "{engine}");
+        }
+        client
+            .execute(&ins, &[&9i64, &None::<String>, &None::<f64>, &None::<i32>])
+            .await
+            .unwrap();
+        let rows = client
+            .query(
+                "SELECT id, name, score, n FROM p WHERE id >= $1 AND name <> $2 ORDER BY id",
+                &[&2i64, &"n3"],
+            )
+            .await
+            .unwrap();
+        let got: Vec<(i64, String, f64, i32)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        assert_eq!(
+            got,
+            [(2, "n2".into(), 1.0, 20), (4, "n4".into(), 2.0, 40)],
+            "{engine}"
+        );
+        let null: Option<String> = client
+            .query_one("SELECT name FROM p WHERE id = $1", &[&9i64])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(null, None);
+        let upd = "UPDATE p SET score = $1 WHERE id = $2";
+        assert_eq!(client.execute(upd, &[&7.5f64, &1i64]).await.unwrap(), 1);
+        let del = "DELETE FROM p WHERE id = $1";
+        assert_eq!(client.execute(del, &[&0i64]).await.unwrap(), 1);
+        let row = client
+            .query_one("SELECT count(*), sum(score) FROM p", &[])
+            .await
+            .unwrap();
+        assert_eq!((row.get::<_, i64>(0), row.get::<_, f64>(1)), (5, 12.0));
+        // A duplicate key through a prepared statement is 23505 and lands nothing.
+        let e = client
+            .execute(&ins, &[&1i64, &"dup", &0.0f64, &0i32])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(&SqlState::UNIQUE_VIOLATION), "{e}");
+        let name: String = client
+            .query_one("SELECT name FROM p WHERE id = $1", &[&1i64])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(name, "n1");
+        server.stop().await;
+    }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef, TimeUnit};
 use datafusion::common::ScalarValue;
 use datafusion::execution::context::{SessionConfig, SessionContext};
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
@@ -202,10 +202,7 @@ impl Session {
     /// prepared statement): the types of its `$n` parameters and, for a query, its result
     /// columns (`None`: the statement returns no rows). Several statements are refused, as
     /// PostgreSQL refuses them in a prepared statement.
-    pub async fn describe(
-        &mut self,
-        sql: &str,
-    ) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>)> {
+    pub async fn describe(&mut self, sql: &str) -> Result<(Vec<Option<Field>>, Option<SchemaRef>)> {
         let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql)
             .map_err(|e| SqlError::new(state::SYNTAX_ERROR, e.to_string()))?;
         if statements.len() > 1 {
@@ -214,8 +211,11 @@ impl Session {
                 "cannot insert multiple commands into a prepared statement",
             ));
         }
-        let Some(Statement::Query(mut q)) = statements.pop() else {
+        let Some(stmt) = statements.pop() else {
             return Ok((vec![], None));
+        };
+        let Statement::Query(mut q) = stmt else {
+            return Ok((self.dml_parameter_types(&stmt).await, None));
         };
         if matches!(*q.body, SetExpr::Update(_) | SetExpr::Delete(_)) {
             return Ok((vec![], None));
@@ -230,6 +230,7 @@ impl Session {
         let ctid = mentions_ctid(&q);
         strip_collate(&mut q);
         let col_names = pg_column_names(&q);
+        let stmt_for_casts = Statement::Query(q.clone());
         self.shared.expose_ctid.store(ctid, Ordering::Release);
         let planned = self
             .ctx
@@ -241,16 +242,125 @@ impl Session {
         self.shared.expose_ctid.store(false, Ordering::Release);
         let plan = planned?;
         let params = plan.get_parameter_types()?;
-        let mut names: Vec<&String> = params.keys().collect();
-        names.sort_by_key(|n| {
-            n.trim_start_matches('$')
-                .parse::<usize>()
-                .unwrap_or(usize::MAX)
+        // Slot n - 1 for `$n`, whichever numbers the statement uses.
+        let mut types: Vec<Option<Field>> = vec![None; max_placeholder(&stmt_for_casts)];
+        for (name, dt) in params {
+            let n = name.trim_start_matches('$').parse::<usize>().unwrap_or(0);
+            if let (Some(slot), Some(dt)) = (n.checked_sub(1).and_then(|i| types.get_mut(i)), dt) {
+                *slot = Some(Field::new(name.as_str(), dt, true));
+            }
+        }
+        // `$1::bigint`: a parameter cast to a type has that type, as in PostgreSQL.
+        let _ = visit_expressions(&stmt_for_casts, |e| {
+            if let Expr::Cast {
+                expr, data_type, ..
+            } = e
+            {
+                if let (Some(n), Ok(ty)) = (
+                    placeholder_number(expr),
+                    SqlType::parse(&data_type.to_string()),
+                ) {
+                    if let Some(slot @ None) = types.get_mut(n - 1) {
+                        *slot = Some(param_field(ty));
+                    }
+                }
+            }
+            ControlFlow::<()>::Continue(())
         });
-        let types = names.iter().map(|n| params[*n].clone()).collect();
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         let (schema, _) = rename_columns(schema, vec![], &col_names)?;
         Ok((types, Some(schema)))
+    }
+
+    /// The types of the `$n` parameters of an INSERT, UPDATE or DELETE (`None` where nothing
+    /// says): a value bound for a column takes the column's type, and the rest are inferred
+    /// by planning the statement's WHERE as a query.
+    async fn dml_parameter_types(&mut self, stmt: &Statement) -> Vec<Option<Field>> {
+        let count = max_placeholder(stmt);
+        if count == 0 {
+            return vec![];
+        }
+        let mut types: Vec<Option<Field>> = vec![None; count];
+        let mut set = |e: &Expr, ty: SqlType| {
+            if let Some(n) = placeholder_number(e) {
+                if let Some(slot) = types.get_mut(n - 1) {
+                    slot.get_or_insert_with(|| param_field(ty));
+                }
+            }
+        };
+        let mut probe = None;
+        match stmt {
+            Statement::Insert(ins) => {
+                if let (TableObject::TableName(name), Some(src)) = (&ins.table, &ins.source) {
+                    if let (Ok(rel), SetExpr::Values(values)) =
+                        (self.table(name), src.body.as_ref())
+                    {
+                        let targets: Vec<Option<usize>> = if ins.columns.is_empty() {
+                            (0..rel.columns.len()).map(Some).collect()
+                        } else {
+                            ins.columns
+                                .iter()
+                                .map(|c| {
+                                    let n = c.0.last().and_then(|p| p.as_ident()).map(fold);
+                                    rel.column_index(&n.unwrap_or_default()).ok()
+                                })
+                                .collect()
+                        };
+                        for row in &values.rows {
+                            for (e, t) in row.iter().zip(&targets) {
+                                if let Some(col) = t.and_then(|t| rel.columns.get(t)) {
+                                    set(e, col.ty);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Statement::Update(u) => {
+                if let Ok((name, _)) = target_of(&u.table.relation) {
+                    if let Ok(rel) = self.table(&name) {
+                        for a in &u.assignments {
+                            if let AssignmentTarget::ColumnName(col) = &a.target {
+                                let c = col.0.last().and_then(|p| p.as_ident()).map(fold);
+                                if let Ok(i) = rel.column_index(&c.unwrap_or_default()) {
+                                    set(&a.value, rel.columns[i].ty);
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some(sel) = &u.selection {
+                    probe = Some(format!("SELECT 1 FROM {} WHERE {sel}", u.table));
+                }
+            }
+            Statement::Delete(d) => {
+                let from = match &d.from {
+                    FromTable::WithFromKeyword(t) | FromTable::WithoutKeyword(t) => t,
+                };
+                if let (Some(t), Some(sel)) = (from.first(), &d.selection) {
+                    probe = Some(format!("SELECT 1 FROM {t} WHERE {sel}"));
+                }
+            }
+            _ => {}
+        }
+        if let Some(sql) = probe {
+            if let Ok((inferred, _)) = Box::pin(self.describe(&sql)).await {
+                for (slot, t) in types.iter_mut().zip(inferred) {
+                    if slot.is_none() {
+                        *slot = t;
+                    }
+                }
+            }
+        }
+        types
+    }
+
+    /// Run `sql` with its `$n` parameters bound to `params` (`params[0]` is `$1`), as the
+    /// wire's Bind gives them: each a SQL expression (a literal, `NULL`, a cast literal)
+    /// that takes the parameter's place before the statement is planned. A `$n` past the
+    /// end of `params` is refused with PostgreSQL's `42P02`.
+    pub async fn execute_with_params(&mut self, sql: &str, params: &[Expr]) -> Vec<Result<Output>> {
+        self.run_statements(sql, params).await
     }
 
     /// A statement was interrupted (a cancel request; its future was dropped): as in
@@ -277,6 +387,10 @@ impl Session {
     /// Run one SQL text of one or more statements and return every result; the first error
     /// ends the text (later statements do not run), as PostgreSQL's simple query does.
     pub async fn execute(&mut self, sql: &str) -> Vec<Result<Output>> {
+        self.run_statements(sql, &[]).await
+    }
+
+    async fn run_statements(&mut self, sql: &str, params: &[Expr]) -> Vec<Result<Output>> {
         let statements = match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
             Ok(s) => s,
             Err(e) => {
@@ -286,14 +400,17 @@ impl Session {
         // Outside a block, the statements of one text form one implicit transaction.
         let implicit = self.status == Status::Idle;
         let mut out = Vec::with_capacity(statements.len());
-        for stmt in statements {
+        for mut stmt in statements {
             if self.copy.is_some() {
                 out.push(Err(SqlError::unsupported(
                     "statements after COPY ... FROM STDIN in the same text are not run",
                 )));
                 return out;
             }
-            let r = self.statement(stmt).await;
+            let r = match bind_parameters(&mut stmt, params) {
+                Ok(()) => self.statement(stmt).await,
+                Err(e) => Err(e),
+            };
             match r {
                 Ok(o @ Output::CopyIn { .. }) => {
                     if let Some(c) = self.copy.as_mut() {
@@ -1556,6 +1673,61 @@ fn rename_columns(
     Ok((renamed, batches))
 }
 
+/// A parameter of column type `ty`, announcing its PostgreSQL type (`varchar`, `uuid`).
+fn param_field(ty: SqlType) -> Field {
+    crate::pg::field("param", ty.arrow(), true, crate::pg::sql_type_name(ty), -1)
+}
+
+/// The `n` of a `$n` placeholder expression.
+fn placeholder_number(e: &Expr) -> Option<usize> {
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    match e {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Placeholder(p) => p.strip_prefix('$')?.parse().ok().filter(|n| *n > 0),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The highest `$n` in a statement (0 for none).
+fn max_placeholder(stmt: &Statement) -> usize {
+    let mut max = 0;
+    let _ = visit_expressions(stmt, |e| {
+        if let Some(n) = placeholder_number(e) {
+            max = max.max(n);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    max
+}
+
+/// Put `params[n - 1]` in the place of each `$n`.
+fn bind_parameters(stmt: &mut Statement, params: &[Expr]) -> Result<()> {
+    let mut missing = None;
+    let _ = visit_expressions_mut(stmt, |e| {
+        let name = match e {
+            Expr::Value(v) => match &v.value {
+                datafusion::sql::sqlparser::ast::Value::Placeholder(p) => p.clone(),
+                _ => return ControlFlow::Continue(()),
+            },
+            _ => return ControlFlow::Continue(()),
+        };
+        match placeholder_number(e).and_then(|n| params.get(n - 1)) {
+            Some(value) => *e = value.clone(),
+            None => {
+                missing = Some(name);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    match missing {
+        Some(p) => Err(SqlError::new("42P02", format!("there is no parameter {p}"))),
+        None => Ok(()),
+    }
+}
+
 /// The text of a number literal, with its sign (`-1.5e-07`); `None` for any other expression.
 fn number_literal(e: &Expr) -> Option<String> {
     use datafusion::sql::sqlparser::ast::{UnaryOperator, Value as SqlValue};
@@ -1571,14 +1743,6 @@ fn number_literal(e: &Expr) -> Option<String> {
         Expr::Nested(inner) => number_literal(inner),
         _ => None,
     }
-}
-
-/// An interval in the unit-by-unit form DataFusion's interval parser reads.
-fn datafusion_interval_text(iv: crate::temporal::Interval) -> String {
-    format!(
-        "{} months {} days {} microseconds",
-        iv.months, iv.days, iv.micros
-    )
 }
 
 /// In `INSERT ... VALUES`, PostgreSQL converts each value to its target column's type on its
@@ -1626,7 +1790,7 @@ fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: &[usize]) {
                     if let Expr::Value(v) = e {
                         if let SqlValue::SingleQuotedString(text) = &mut v.value {
                             match crate::temporal::Interval::parse(text) {
-                                Ok(iv) => *text = datafusion_interval_text(iv),
+                                Ok(iv) => *text = iv.to_datafusion_text(),
                                 Err(_) => continue,
                             }
                         }
@@ -1671,7 +1835,7 @@ fn rewrite_casts(stmt: &mut Statement) {
                 if let Expr::Value(v) = expr.as_mut() {
                     if let SqlValue::SingleQuotedString(text) = &mut v.value {
                         if let Ok(iv) = crate::temporal::Interval::parse(text) {
-                            *text = datafusion_interval_text(iv);
+                            *text = iv.to_datafusion_text();
                         }
                     }
                 }

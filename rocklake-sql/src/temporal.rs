@@ -130,6 +130,15 @@ impl Interval {
         })
     }
 
+    /// The unit-by-unit form DataFusion's interval parser reads (`14 months 3 days 5
+    /// microseconds`), for handing a parsed interval on to DataFusion.
+    pub fn to_datafusion_text(self) -> String {
+        format!(
+            "{} months {} days {} microseconds",
+            self.months, self.days, self.micros
+        )
+    }
+
     /// PostgreSQL's output (`IntervalStyle = postgres`): `1 year 2 mons 3 days 04:05:06.7`,
     /// `-1 days +02:00:00`, `00:00:00` for zero.
     pub fn to_pg_text(self) -> String {

@@ -293,6 +293,57 @@ impl Raw {
     }
 }
 
+/// One bound parameter: its format code (0 text, 1 binary) and value (`None`: NULL).
+pub type Param<'a> = (i16, Option<&'a [u8]>);
+
+impl Raw {
+    /// The extended protocol as a driver sends it: Parse (unnamed, with declared parameter
+    /// type oids, 0 for "infer"), Describe statement, Bind with `params` and `results`
+    /// (result format codes), Describe portal, Execute, Sync; the messages up to
+    /// ReadyForQuery.
+    pub async fn extended(
+        &mut self,
+        sql: &str,
+        types: &[u32],
+        params: &[Param<'_>],
+        results: &[i16],
+    ) -> Vec<Msg> {
+        let mut p = vec![0u8];
+        p.extend_from_slice(sql.as_bytes());
+        p.push(0);
+        p.extend_from_slice(&(types.len() as u16).to_be_bytes());
+        for t in types {
+            p.extend_from_slice(&t.to_be_bytes());
+        }
+        self.send(b'P', &p).await;
+        self.send(b'D', b"S\0").await;
+        let mut b = vec![0u8, 0u8];
+        b.extend_from_slice(&(params.len() as u16).to_be_bytes());
+        for (f, _) in params {
+            b.extend_from_slice(&f.to_be_bytes());
+        }
+        b.extend_from_slice(&(params.len() as u16).to_be_bytes());
+        for (_, v) in params {
+            match v {
+                None => b.extend_from_slice(&(-1i32).to_be_bytes()),
+                Some(v) => {
+                    b.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                    b.extend_from_slice(v);
+                }
+            }
+        }
+        b.extend_from_slice(&(results.len() as u16).to_be_bytes());
+        for r in results {
+            b.extend_from_slice(&r.to_be_bytes());
+        }
+        self.send(b'B', &b).await;
+        self.send(b'D', b"P\0").await;
+        self.send(b'E', b"\0\0\0\0\0").await;
+        self.send(b'S', &[]).await;
+        self.until_ready().await
+    }
+}
+
 /// The message types of a sequence, as letters (`T D C Z`).
 pub fn kinds(msgs: &[Msg]) -> String {
     msgs.iter()
