@@ -565,7 +565,7 @@ impl Session {
     }
 
     async fn statement(&mut self, mut stmt: Statement) -> Result<Output> {
-        rewrite_casts(&mut stmt);
+        rewrite_casts(&mut stmt)?;
         match (&stmt, self.status) {
             (Statement::Rollback { .. }, _) => {
                 self.drop_txn().await;
@@ -1817,30 +1817,50 @@ fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: &[usize]) {
 /// zone` are their text (a column of either type checks and canonicalises what it is given),
 /// `tid` is a ctid's text form. A text literal cast to `interval` is read with PostgreSQL's
 /// interval syntax (`1 year 2 mons 04:05:06`, which DataFusion's parser refuses) and handed
-/// on in a form DataFusion reads.
-fn rewrite_casts(stmt: &mut Statement) {
+/// on in a form DataFusion reads. A text literal cast to `uuid` or `time with time zone` is
+/// checked and written in its canonical form here, so that it compares equal to the stored
+/// values (`'A0EEBC99-...'::uuid` finds the row PostgreSQL finds); one that does not parse is
+/// refused with PostgreSQL's SQLSTATE.
+fn rewrite_casts(stmt: &mut Statement) -> Result<()> {
     use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
     use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    let mut failed = None;
     let _ = visit_expressions_mut(stmt, |e| {
         if let Expr::Cast {
             expr, data_type, ..
         } = e
         {
             let name = data_type.to_string().to_ascii_lowercase();
+            let literal = match expr.as_mut() {
+                Expr::Value(v) => match &mut v.value {
+                    SqlValue::SingleQuotedString(text) => Some(text),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let fixed = match (name.as_str(), literal) {
+                ("uuid", Some(text)) => crate::types::canonical_uuid(text).map(|c| *text = c),
+                ("timetz" | "time with time zone", Some(text)) => {
+                    crate::temporal::TimeTz::parse(text)
+                        .map(|t| *text = t.to_pg_text())
+                        .map_err(|m| SqlError::new(state::INVALID_DATETIME, m))
+                }
+                ("interval", Some(text)) => crate::temporal::Interval::parse(text)
+                    .map(|iv| *text = iv.to_datafusion_text())
+                    .map_err(|m| SqlError::new(state::INVALID_DATETIME, m)),
+                _ => Ok(()),
+            };
+            if let Err(err) = fixed {
+                failed = Some(err);
+                return ControlFlow::Break(());
+            }
             if name == "tid" {
                 *e = (**expr).clone();
             } else if matches!(name.as_str(), "uuid" | "timetz" | "time with time zone") {
                 *data_type = SqlDataType::Varchar(None);
-            } else if name == "interval" {
-                if let Expr::Value(v) = expr.as_mut() {
-                    if let SqlValue::SingleQuotedString(text) = &mut v.value {
-                        if let Ok(iv) = crate::temporal::Interval::parse(text) {
-                            *text = iv.to_datafusion_text();
-                        }
-                    }
-                }
             }
         }
         ControlFlow::<()>::Continue(())
     });
+    failed.map_or(Ok(()), Err)
 }

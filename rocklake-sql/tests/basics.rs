@@ -516,3 +516,49 @@ async fn intervals_timetz_and_exact_numeric_literals_as_postgresql() {
         }
     }
 }
+
+/// A text literal cast to `uuid`, `time with time zone` or `interval` means what PostgreSQL
+/// means: any accepted spelling finds the stored value, and a bad one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn casts_of_literals_to_uuid_timetz_and_interval_as_postgresql() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        q(
+            &mut s,
+            "CREATE TABLE c (id BIGINT PRIMARY KEY, u UUID, tz TIMETZ, iv INTERVAL)",
+        )
+        .await;
+        q(
+            &mut s,
+            "INSERT INTO c VALUES (1, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', \
+                   '12:00:00+02', '1 day'), (2, NULL, NULL, NULL)",
+        )
+        .await;
+        for (sql, want) in [
+            (
+                "SELECT id FROM c WHERE u = '{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}'::uuid",
+                "1",
+            ),
+            (
+                "SELECT id FROM c WHERE u = CAST('A0EEBC999C0B4EF8BB6D6BB9BD380A11' AS UUID)",
+                "1",
+            ),
+            ("SELECT id FROM c WHERE tz = '12:00:00+0200'::timetz", "1"),
+            ("SELECT id FROM c WHERE iv = '@ 1 day'::interval", "1"),
+        ] {
+            assert_eq!(q(&mut s, sql).await, [want], "{}: {sql}", store.name);
+        }
+        for (sql, code) in [
+            ("SELECT id FROM c WHERE u = 'nope'::uuid", "22P02"),
+            ("SELECT id FROM c WHERE tz = '25:00:00+01'::timetz", "22007"),
+            (
+                "SELECT id FROM c WHERE iv = '1 fortnight'::interval",
+                "22007",
+            ),
+        ] {
+            assert_eq!(err(&mut s, sql).await.0, code, "{}: {sql}", store.name);
+        }
+        db.close().await.unwrap();
+    }
+}
