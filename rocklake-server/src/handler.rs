@@ -40,7 +40,9 @@ use rocklake_sql::types::SqlType;
 use rocklake_sql::{CopyFormat, Database, Output, Session, SqlError};
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::wire::{binary_value, decode_copy_binary, decode_copy_text, text_value, COPY_SIGNATURE};
+use crate::wire::{
+    binary_value, decode_copy_binary, decode_copy_csv, decode_copy_text, text_value, COPY_SIGNATURE,
+};
 
 /// A `COPY ... FROM STDIN` in progress: its columns, its format, and the bytes received so
 /// far.
@@ -199,6 +201,21 @@ impl Conn {
                     buf.extend_from_slice(COPY_SIGNATURE);
                     buf.put_u32(0);
                     buf.put_u32(0);
+                } else if format.header {
+                    let names: Vec<String> = schema
+                        .fields()
+                        .iter()
+                        .map(|f| {
+                            if format.csv {
+                                csv_quote(f.name(), &format)
+                            } else {
+                                copy_text_escape(f.name(), format.delimiter)
+                            }
+                        })
+                        .collect();
+                    buf.extend_from_slice(names.join(&format.delimiter.to_string()).as_bytes());
+                    buf.put_u8(b'\n');
+                    chunks.push(buf.split().freeze());
                 }
                 for b in &batches {
                     for row in 0..b.num_rows() {
@@ -214,6 +231,7 @@ impl Conn {
                                 .iter()
                                 .map(|c| match text_value(c.as_ref(), row) {
                                     None => format.null.clone(),
+                                    Some(v) if format.csv => csv_quote(&v, &format),
                                     Some(v) => copy_text_escape(&v, format.delimiter),
                                 })
                                 .collect();
@@ -270,6 +288,30 @@ impl Conn {
             .await?;
         Ok(false)
     }
+}
+
+/// A CSV field as PostgreSQL writes it: quoted when it holds the delimiter, the quote, a
+/// line break, or is the NULL marker's text (so that it reads back as a value, not NULL);
+/// inside quotes, the quote and escape characters are escaped.
+fn csv_quote(v: &str, f: &CopyFormat) -> String {
+    let needs = v == f.null
+        || v.chars()
+            .any(|c| c == f.delimiter || c == f.quote || c == '\n' || c == '\r')
+        || (f.escape != f.quote && v.contains(f.escape))
+        || v == "\\.";
+    if !needs {
+        return v.to_string();
+    }
+    let mut s = String::with_capacity(v.len() + 2);
+    s.push(f.quote);
+    for c in v.chars() {
+        if c == f.quote || c == f.escape {
+            s.push(f.escape);
+        }
+        s.push(c);
+    }
+    s.push(f.quote);
+    s
 }
 
 /// A text-format COPY field: backslash, the delimiter, newline and carriage return escaped.
@@ -413,8 +455,18 @@ impl CopyHandler for Conn {
             )),
             Some((columns, format, data)) => match if format.binary {
                 decode_copy_binary(&data, &columns)
+            } else if format.csv {
+                decode_copy_csv(&data, &columns, &format)
             } else {
-                decode_copy_text(&data, &columns, &format.null, format.delimiter)
+                // A HEADER line is skipped (PostgreSQL 15 reads no more of it than that).
+                let body = if format.header {
+                    data.iter()
+                        .position(|b| *b == b'\n')
+                        .map_or(&data[data.len()..], |i| &data[i + 1..])
+                } else {
+                    &data[..]
+                };
+                decode_copy_text(body, &columns, &format.null, format.delimiter)
             } {
                 Ok(rows) => session.copy_in(rows).await,
                 Err(e) => {

@@ -539,6 +539,149 @@ pub fn decode_copy_text(
     Ok(rows)
 }
 
+/// `COPY ... FROM STDIN (FORMAT csv)` data as rows of cells: records split at unquoted line
+/// breaks (a quoted value may hold them), fields at unquoted delimiters; an unquoted field
+/// equal to the NULL marker is NULL (a quoted one is the text itself); the HEADER line, and
+/// a `\.` line, end nothing but themselves. Bad data is refused naming its row.
+pub fn decode_copy_csv(
+    data: &[u8],
+    columns: &[(String, SqlType)],
+    f: &rocklake_sql::CopyFormat,
+) -> Result<Vec<Vec<Value>>, SqlError> {
+    let text = std::str::from_utf8(data).map_err(|_| {
+        SqlError::new(
+            "22021",
+            "invalid byte sequence for encoding \"UTF8\" in COPY data",
+        )
+    })?;
+    // Each field: its text and whether any of it was quoted.
+    let mut records: Vec<Vec<(String, bool)>> = Vec::new();
+    let mut record: Vec<(String, bool)> = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut in_quotes = false;
+    let mut at_line_start = true;
+    let mut eol: Option<&str> = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_quotes {
+            if c == f.escape
+                && chars
+                    .peek()
+                    .is_some_and(|n| *n == f.quote || *n == f.escape)
+                && (f.escape != f.quote || chars.peek() == Some(&f.quote))
+            {
+                field.push(chars.next().unwrap_or(c));
+            } else if c == f.quote {
+                in_quotes = false;
+            } else {
+                field.push(c);
+            }
+            continue;
+        }
+        if at_line_start && c == '\\' && text_at_end_marker(&mut chars.clone()) {
+            break;
+        }
+        at_line_start = false;
+        if c == f.quote {
+            in_quotes = true;
+            quoted = true;
+        } else if c == f.delimiter {
+            record.push((std::mem::take(&mut field), quoted));
+            quoted = false;
+        } else if c == '\n' || c == '\r' {
+            // The first line's end fixes every line's, as in PostgreSQL: `\n`, `\r\n` or `\r`.
+            let this = if c == '\r' && chars.peek() == Some(&'\n') {
+                chars.next();
+                "\r\n"
+            } else if c == '\r' {
+                "\r"
+            } else {
+                "\n"
+            };
+            match eol {
+                None => eol = Some(this),
+                Some(e) if e == this => {}
+                Some(_) => {
+                    let what = if c == '\n' {
+                        "newline"
+                    } else {
+                        "carriage return"
+                    };
+                    return Err(SqlError::new(
+                        "22P04",
+                        format!(
+                            "unquoted {what} found in data (COPY row {}); a line break inside \
+                             a value must be quoted",
+                            records.len() + 1
+                        ),
+                    ));
+                }
+            }
+            record.push((std::mem::take(&mut field), quoted));
+            quoted = false;
+            records.push(std::mem::take(&mut record));
+            at_line_start = true;
+        } else {
+            field.push(c);
+        }
+    }
+    if in_quotes {
+        return Err(SqlError::new(
+            "22P04",
+            format!(
+                "unterminated CSV quoted field (COPY row {})",
+                records.len() + 1
+            ),
+        ));
+    }
+    if !field.is_empty() || quoted || !record.is_empty() {
+        record.push((field, quoted));
+        records.push(record);
+    }
+    let skip = usize::from(f.header);
+    let mut rows = Vec::with_capacity(records.len());
+    for (i, rec) in records.into_iter().enumerate().skip(skip) {
+        let row_no = i + 1;
+        if rec.len() != columns.len() {
+            return Err(SqlError::new(
+                "22P04",
+                format!(
+                    "COPY row {row_no} has {} fields, expected {}",
+                    rec.len(),
+                    columns.len()
+                ),
+            ));
+        }
+        let mut row = Vec::with_capacity(columns.len());
+        for ((v, was_quoted), (name, ty)) in rec.into_iter().zip(columns) {
+            if !was_quoted && v == f.null {
+                row.push(Value::Null);
+                continue;
+            }
+            let a: ArrayRef = Arc::new(StringArray::from(vec![v]));
+            let cell = ty
+                .coerce(&a, name)
+                .and_then(|a| ty.cell(a.as_ref(), 0))
+                .map_err(|e| {
+                    SqlError::new(
+                        e.code,
+                        format!("{} (COPY row {row_no}, column {name})", e.message),
+                    )
+                })?;
+            row.push(cell);
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Whether what follows a line-initial backslash is `.` and the end of the line (the end
+/// marker `\.`).
+fn text_at_end_marker(rest: &mut std::iter::Peekable<std::str::Chars<'_>>) -> bool {
+    rest.next() == Some('.') && matches!(rest.next(), None | Some('\n') | Some('\r'))
+}
+
 /// A text COPY line's fields, split at delimiters that are not escaped (the fields keep their
 /// escapes).
 fn split_copy_line(line: &str, delimiter: char) -> Vec<String> {

@@ -36,6 +36,12 @@ const QUERIES: &[&str] = &[
     "COPY (SELECT * FROM t ORDER BY a) TO STDOUT (FORMAT binary)",
     "COPY (SELECT ctid, a, v FROM t ORDER BY a) TO STDOUT (FORMAT \"binary\")",
     "COPY (SELECT * FROM t ORDER BY a) TO STDOUT",
+    "COPY (SELECT * FROM t ORDER BY a) TO STDOUT (FORMAT csv, HEADER)",
+    "COPY (SELECT a, v, x, by, n FROM t ORDER BY a) TO STDOUT WITH CSV HEADER QUOTE '|'",
+    "COPY (SELECT a, x, v FROM t ORDER BY a) TO STDOUT (FORMAT csv, DELIMITER ';', NULL 'nil', ESCAPE '\\')",
+    "COPY (SELECT a, v FROM t ORDER BY a) TO STDOUT (HEADER, NULL '')",
+    "COPY (SELECT 1) TO STDOUT (FORMAT xml)",
+    "COPY (SELECT 1) TO STDOUT (QUOTE '|')",
     "SELECT * FROM t ORDER BY a",
     "SELECT count(*), max(a), min(v) FROM t",
     "SELECT a FROM t WHERE a IN (1, 3) AND v IS NOT NULL ORDER BY a",
@@ -139,6 +145,40 @@ async fn every_message_matches_postgres() {
             let b = comparable(&ours.query(q).await);
             assert_eq!(b, a, "{engine}: {q}");
         }
+        // CSV in: quoted delimiters, quotes and line breaks, a quoted empty string (a value)
+        // beside an unquoted empty field (NULL), a HEADER line, CRLF line ends; then a row
+        // with a missing field and an unterminated quote, refused whole.
+        let csv_copies: &[(&str, &[u8])] = &[
+            (
+                "COPY c (a, v, n) FROM STDIN (FORMAT csv, HEADER)",
+                b"a,v,n\r\n1,\"x, \"\"y\"\"\",1.5\r\n2,\"\",\r\n3,,-2\r\n4,\"two\nlines\",0\r\n",
+            ),
+            ("COPY c FROM STDIN (FORMAT csv)", b"20,a,1\r\n21,b,2\n"),
+            ("COPY c FROM STDIN WITH CSV", b"5,plain,3\n6,,\n"),
+            (
+                "COPY c FROM STDIN (FORMAT csv, DELIMITER ';', NULL 'nil')",
+                b"7;nil;nil\n8;\"nil\";1\n",
+            ),
+            ("COPY c FROM STDIN (FORMAT csv)", b"9,a\n"),
+            ("COPY c FROM STDIN (FORMAT csv)", b"10,\"open,1\n"),
+            ("COPY c FROM STDIN (HEADER)", b"a\tv\tn\n11\ttext\t\\N\n"),
+        ];
+        for side in [&mut theirs, &mut ours] {
+            side.query("DROP TABLE IF EXISTS c").await;
+            let r = side
+                .query("CREATE TABLE c (a BIGINT PRIMARY KEY, v VARCHAR, n NUMERIC(10,2))")
+                .await;
+            assert_eq!(kinds(&r), "C Z", "{r:?}");
+        }
+        for (copy, data) in csv_copies {
+            let a = comparable(&theirs.copy_in(copy, data).await);
+            let b = comparable(&ours.copy_in(copy, data).await);
+            assert_eq!(b, a, "{engine}: {copy}");
+        }
+        let q = "SELECT a, v, v IS NULL, n FROM c ORDER BY a";
+        let (a, b) = (theirs.query(q).await, ours.query(q).await);
+        assert_eq!(kinds(&a), "T D D D D D D D D D C Z", "{a:?}");
+        assert_eq!(comparable(&b), comparable(&a), "{engine}: {q}");
         // Transaction status across a failed block, and what an aborted block answers.
         for q in [
             "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ",
