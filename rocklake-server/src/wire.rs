@@ -488,12 +488,7 @@ pub fn decode_copy_text(
     null: &str,
     delimiter: char,
 ) -> Result<Vec<Vec<Value>>, SqlError> {
-    let text = std::str::from_utf8(data).map_err(|_| {
-        SqlError::new(
-            "22021",
-            "invalid byte sequence for encoding \"UTF8\" in COPY data",
-        )
-    })?;
+    let text = copy_utf8(data)?;
     let mut rows = Vec::new();
     for (i, line) in text.split('\n').enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
@@ -521,18 +516,7 @@ pub fn decode_copy_text(
                 row.push(Value::Null);
                 continue;
             }
-            let v = unescape_copy_text(f);
-            let a: ArrayRef = Arc::new(StringArray::from(vec![v]));
-            let cell = ty
-                .coerce(&a, name)
-                .and_then(|a| ty.cell(a.as_ref(), 0))
-                .map_err(|e| {
-                    SqlError::new(
-                        e.code,
-                        format!("{} (COPY row {row_no}, column {name})", e.message),
-                    )
-                })?;
-            row.push(cell);
+            row.push(text_cell(unescape_copy_text(f), name, *ty, row_no)?);
         }
         rows.push(row);
     }
@@ -548,12 +532,7 @@ pub fn decode_copy_csv(
     columns: &[(String, SqlType)],
     f: &rocklake_sql::CopyFormat,
 ) -> Result<Vec<Vec<Value>>, SqlError> {
-    let text = std::str::from_utf8(data).map_err(|_| {
-        SqlError::new(
-            "22021",
-            "invalid byte sequence for encoding \"UTF8\" in COPY data",
-        )
-    })?;
+    let text = copy_utf8(data)?;
     // Each field: its text and whether any of it was quoted.
     let mut records: Vec<Vec<(String, bool)>> = Vec::new();
     let mut record: Vec<(String, bool)> = Vec::new();
@@ -659,21 +638,34 @@ pub fn decode_copy_csv(
                 row.push(Value::Null);
                 continue;
             }
-            let a: ArrayRef = Arc::new(StringArray::from(vec![v]));
-            let cell = ty
-                .coerce(&a, name)
-                .and_then(|a| ty.cell(a.as_ref(), 0))
-                .map_err(|e| {
-                    SqlError::new(
-                        e.code,
-                        format!("{} (COPY row {row_no}, column {name})", e.message),
-                    )
-                })?;
-            row.push(cell);
+            row.push(text_cell(v, name, *ty, row_no)?);
         }
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// Text or CSV COPY data as UTF-8 (the only encoding the server speaks).
+fn copy_utf8(data: &[u8]) -> Result<&str, SqlError> {
+    std::str::from_utf8(data).map_err(|_| {
+        SqlError::new(
+            "22021",
+            "invalid byte sequence for encoding \"UTF8\" in COPY data",
+        )
+    })
+}
+
+/// A COPY field's text as a cell of column `name`'s type; an error names the row and column.
+fn text_cell(v: String, name: &str, ty: SqlType, row_no: usize) -> Result<Value, SqlError> {
+    let a: ArrayRef = Arc::new(StringArray::from(vec![v]));
+    ty.coerce(&a, name)
+        .and_then(|a| ty.cell(a.as_ref(), 0))
+        .map_err(|e| {
+            SqlError::new(
+                e.code,
+                format!("{} (COPY row {row_no}, column {name})", e.message),
+            )
+        })
 }
 
 /// Whether what follows a line-initial backslash is `.` and the end of the line (the end
