@@ -1,6 +1,7 @@
 """DuckLake's own sqllogictest files against PostgreSQL 15 and `rocklake serve`, side by side.
 
 usage: python ducklake_tests.py --suite DIR --pg-dsn DSN --rocklake-bin PATH --engine sled
+                                [--engine slatedb ...] [--shards N] [--rotate K]
                                 [--ext-dir DIR] [--out DIR] [--timeout S] [paths ...]
 
 DIR is the folder with DuckLake's tests, their runner and the PostgreSQL test configuration
@@ -8,6 +9,12 @@ DIR is the folder with DuckLake's tests, their runner and the PostgreSQL test co
 recreates `public` in database `ducklakedb` before every file. Prints pass/fail/skip counts of
 both, lists every file that passes on PostgreSQL and not on RockLake, and exits non-zero when
 there is one.
+
+The files are split over --shards servers run side by side. With several --engine, server i
+runs engine i mod (number of engines), so each file runs on one engine and every engine gets
+its share; --rotate K shifts which file goes to which server (CI passes the day of the year,
+so that over successive runs every file meets every engine). Give one --engine to run every
+file on it.
 """
 import argparse
 import json
@@ -64,14 +71,20 @@ def main():
     ap.add_argument("--suite", required=True)
     ap.add_argument("--pg-dsn", default=os.environ.get("ROCKLAKE_TEST_PG"))
     ap.add_argument("--rocklake-bin", required=True)
-    ap.add_argument("--engine", default="sled", choices=sorted(common.ENGINE_SCHEMES))
+    ap.add_argument("--engine", action="append", choices=sorted(common.ENGINE_SCHEMES),
+                    help="engine of the RockLake servers (repeatable: servers take turns)")
     ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
     ap.add_argument("--out", default=None, help="folder for results and logs")
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--shards", type=int, default=2,
                     help="RockLake servers (and runners) side by side, a share of the files each")
+    ap.add_argument("--rotate", type=int, default=0,
+                    help="shift the assignment of files to servers by this many places")
     ap.add_argument("paths", nargs="*")
     a = ap.parse_args()
+    a.engine = a.engine or ["sled"]
+    if a.shards < len(a.engine):
+        a.shards = len(a.engine)  # every engine named gets a server
     common.exit_on_sigterm()
     common.ensure_extensions(a.ext_dir)
     out_dir = a.out or tempfile.mkdtemp(prefix="ducklake-tests-")
@@ -91,14 +104,17 @@ def main():
     # RockLake: the files split over --shards servers, each on a store of its own, run side
     # by side (each file runs alone against its server, as on PostgreSQL).
     files = a.paths or all_files(a.suite)
-    shards = [files[i::a.shards] for i in range(a.shards)]
+    shards = [[f for j, f in enumerate(files) if (j + a.rotate) % a.shards == i]
+              for i in range(a.shards)]
+    engines = [a.engine[i % len(a.engine)] for i in range(a.shards)]
+    engine_of = {f: engines[i] for i, shard in enumerate(shards) for f in shard}
     servers = []
     rl, rl_secs = {}, 0.0
     try:
         for i in range(a.shards):
             store = tempfile.mkdtemp(prefix="ducklake-tests-store-")
             srv = common.Server(a.rocklake_bin,
-                                common.engine_url(a.engine, os.path.join(store, "db")),
+                                common.engine_url(engines[i], os.path.join(store, "db")),
                                 os.path.join(out_dir, f"serve-{i}.log"))
             srv.start()
             servers.append(srv)
@@ -115,14 +131,20 @@ def main():
         for srv in servers:
             srv.stop()
     rl_counts = counts_of(rl)
-    print(f"RockLake ({a.engine}): {rl_counts['pass']} pass, {rl_counts['fail']} fail, "
-          f"{rl_counts['skip']} skip ({rl_secs:.0f} s)")
+    print(f"RockLake ({', '.join(a.engine)}): {rl_counts['pass']} pass, {rl_counts['fail']} "
+          f"fail, {rl_counts['skip']} skip ({rl_secs:.0f} s)")
+    if len(a.engine) > 1:
+        for e in a.engine:
+            c = counts_of({f: x for f, x in rl.items() if engine_of.get(f) == e})
+            mine = {f for f, x in pg.items() if x["status"] == "pass" and engine_of.get(f) == e}
+            print(f"  on {e}: {c['pass']} pass, {c['fail']} fail, {c['skip']} skip "
+                  f"({len(mine)} of its files pass on PostgreSQL)")
 
     worse = sorted(f for f, x in pg.items()
                    if x["status"] == "pass" and rl.get(f, {}).get("status") != "pass")
     for f in worse:
         x = rl.get(f, {})
-        print(f"  passes on PostgreSQL, not on RockLake: {f}: {x.get('status')} "
+        print(f"  passes on PostgreSQL, not on RockLake ({engine_of.get(f)}): {f}: {x.get('status')} "
               f"L{x.get('line')} {str(x.get('reason', ''))[:300]}")
     print("ducklake tests: " + ("every file that passes on PostgreSQL passes on RockLake"
                                 if not worse else f"{len(worse)} files differ"))
