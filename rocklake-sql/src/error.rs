@@ -55,8 +55,6 @@ pub mod state {
     pub const OUT_OF_RANGE: &str = "22003";
     /// `22023` invalid_parameter_value.
     pub const INVALID_PARAMETER: &str = "22023";
-    /// `0A000` feature_not_supported, as PostgreSQL answers a COPY option outside its format.
-    pub const FEATURE_NOT_SUPPORTED_IN_FORMAT: &str = "0A000";
     /// `invalid_datetime_format`: a date, time or interval that does not parse.
     pub const INVALID_DATETIME: &str = "22007";
     /// `25P02` in_failed_sql_transaction.

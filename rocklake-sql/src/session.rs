@@ -1418,13 +1418,13 @@ fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Co
     }
     if f.binary && header == Some(true) {
         return Err(SqlError::new(
-            state::FEATURE_NOT_SUPPORTED_IN_FORMAT,
+            state::NOT_SUPPORTED,
             "cannot specify HEADER in BINARY mode",
         ));
     }
     if !f.csv && (quote.is_some() || escape.is_some()) {
         return Err(SqlError::new(
-            state::FEATURE_NOT_SUPPORTED_IN_FORMAT,
+            state::NOT_SUPPORTED,
             "COPY QUOTE and ESCAPE are available only in CSV mode",
         ));
     }
@@ -1439,7 +1439,7 @@ fn copy_format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Co
     f.escape = escape.unwrap_or(f.quote);
     if f.csv && f.delimiter == f.quote {
         return Err(SqlError::new(
-            state::FEATURE_NOT_SUPPORTED_IN_FORMAT,
+            state::NOT_SUPPORTED,
             "COPY delimiter and quote must be different",
         ));
     }
