@@ -147,9 +147,9 @@ class Recorder:
         return self.q(name, sql, sort=False)
 
 
-def workload(r, attach_sql, reattach):
+def workload(r, attach_sql, reattach, catalog):
     """The steps. attach_sql(alias, extra_options) builds an ATTACH; reattach() returns a
-    fresh Recorder on a new DuckDB connection."""
+    fresh Recorder on a new DuckDB connection; catalog is the libpq string of the server."""
     q, x = r.q, r.x
 
     # --- attach and create -------------------------------------------------------------------
@@ -434,6 +434,29 @@ def workload(r, attach_sql, reattach):
     q("meta_inlined_tables", f"SELECT * FROM {meta}.ducklake_inlined_data_tables")
     q("meta_files_scheduled", f"SELECT count(*) FROM {meta}.ducklake_files_scheduled_for_deletion")
 
+    # --- the server as a plain database: a client's own table with array columns, written
+    # (binary/text COPY), read, filtered, updated (DuckDB's temp table + ctid join) and deleted
+    # through DuckDB's postgres extension ----------------------------------------------------
+    x("plain_attach", f"ATTACH '{catalog}' AS pgdb (TYPE postgres)")
+    x("arrays_create", "CREATE TABLE pgdb.public.e2e_arrays(id INTEGER, a INTEGER[], "
+      "b VARCHAR[], d DOUBLE[], e BOOLEAN[], n BIGINT[], u UUID[], m DECIMAL(10,2)[], dt DATE[])")
+    q("arrays_insert", "INSERT INTO pgdb.public.e2e_arrays VALUES "
+      "(1, [1, 2, NULL], ['a b', 'c', '', 'x\"y', 'back\\slash', '{}'], [1.5, 'inf'::DOUBLE, -0.25], "
+      "[true, NULL], [9223372036854775807], ['a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'], "
+      "[1.5, 2], ['2024-01-02'::DATE]), "
+      "(2, [], [], NULL, [false], NULL, [], [], []), "
+      "(3, NULL, ['only'], [1e20], [], [-1, 0], NULL, NULL, NULL)")
+    q("arrays_read", "SELECT * FROM pgdb.public.e2e_arrays ORDER BY id")
+    q("arrays_filter", "SELECT id, a[1], len(b) FROM pgdb.public.e2e_arrays "
+      "WHERE list_contains(a, 2) OR id = 3 ORDER BY id")
+    q("arrays_server_side", "SELECT * FROM postgres_query('pgdb', 'SELECT id, a, b, a[2] AS second, "
+      "cardinality(b) AS nb FROM public.e2e_arrays WHERE 2 = ANY(a) OR a = ''{}''::int[] ORDER BY id')")
+    q("arrays_update", "UPDATE pgdb.public.e2e_arrays SET a = [7, 8], b = ['u'] WHERE id = 2")
+    q("arrays_delete", "DELETE FROM pgdb.public.e2e_arrays WHERE id = 3")
+    q("arrays_read_after", "SELECT id, a, b, n FROM pgdb.public.e2e_arrays ORDER BY id")
+    x("arrays_drop", "DROP TABLE pgdb.public.e2e_arrays")
+    x("plain_detach", "DETACH pgdb")
+
     # --- drops -------------------------------------------------------------------------------
     x("drop_create_scratch", "CREATE TABLE lake.main.scratch AS SELECT * FROM range(5) t(i)")
     x("drop_view", "DROP VIEW lake.s1.big_orders")
@@ -506,7 +529,7 @@ def run(catalog, data_path, ext_dir, s3=False):
         return nxt
 
     try:
-        last = workload(first, attach_sql, reattach)
+        last = workload(first, attach_sql, reattach, catalog)
         last.con.close()
     except Exception as e:  # a bug in the workload's own Python, or a lost connection
         first.steps.append({"name": "workload_aborted", "error": f"{type(e).__name__}: {e}"})

@@ -22,7 +22,7 @@ use rocklake_sql::datafusion::arrow::datatypes::{
 use rocklake_sql::datafusion::sql::sqlparser::ast::Expr;
 use rocklake_sql::pg::PgType;
 use rocklake_sql::temporal::TimeTz;
-use rocklake_sql::types::{interval_of, pg_text, SqlType};
+use rocklake_sql::types::{interval_of, pg_text, Elem, SqlType};
 use rocklake_sql::SqlError;
 
 /// µs from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
@@ -37,44 +37,17 @@ fn protocol(msg: impl Into<String>) -> SqlError {
     SqlError::new("22P03", msg)
 }
 
-/// PostgreSQL's text form of row `row` of `array`, sent as type `ty` (`None`: NULL).
+/// PostgreSQL's text form of row `row` of `array` (`None`: NULL).
 pub fn text_value(array: &dyn Array, row: usize) -> Option<String> {
     if is_null(array, row) {
         return None;
     }
-    match array.data_type() {
-        DataType::List(_) => {
-            let list = array.as_list::<i32>();
-            let items = list.value(row);
-            let parts: Vec<String> = (0..items.len())
-                .map(|i| match text_value(items.as_ref(), i) {
-                    None => "NULL".to_string(),
-                    Some(v) => array_item_text(&v),
-                })
-                .collect();
-            Some(format!("{{{}}}", parts.join(",")))
-        }
-        _ => pg_text(array, row),
-    }
+    pg_text(array, row)
 }
 
 /// Whether a value is NULL (a `NullArray`, the type of a bare `NULL`, has no null buffer).
 fn is_null(array: &dyn Array, row: usize) -> bool {
     array.data_type() == &DataType::Null || array.is_null(row)
-}
-
-/// An element of an array's text form, quoted when PostgreSQL would quote it.
-fn array_item_text(v: &str) -> String {
-    let plain = !v.is_empty()
-        && !v.eq_ignore_ascii_case("null")
-        && !v
-            .chars()
-            .any(|c| matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_whitespace());
-    if plain {
-        v.to_string()
-    } else {
-        format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
-    }
 }
 
 /// Append row `row` of `array` in the binary form of `ty` (length word, then bytes; -1 for
@@ -211,7 +184,7 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
                 }
             }
         },
-        "_int2" | "_int4" | "_int8" | "_text" | "_varchar" => {
+        _ if ty.elem != 0 => {
             let elem = rocklake_sql::pg::PG_TYPES
                 .iter()
                 .copied()
@@ -222,11 +195,14 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
             };
             let items = array.as_list::<i32>().value(row);
             let has_null = (0..items.len()).any(|i| items.is_null(i));
-            buf.put_i32(1);
+            // PostgreSQL sends an empty array with no dimensions.
+            buf.put_i32(i32::from(!items.is_empty()));
             buf.put_i32(i32::from(has_null));
             buf.put_u32(elem.oid);
-            buf.put_i32(items.len() as i32);
-            buf.put_i32(1);
+            if !items.is_empty() {
+                buf.put_i32(items.len() as i32);
+                buf.put_i32(1);
+            }
             for i in 0..items.len() {
                 binary_value(buf, items.as_ref(), i, elem)?;
             }
@@ -737,7 +713,11 @@ fn sql_type_of_oid(oid: u32) -> Option<SqlType> {
         17 => SqlType::Bytea,
         701 => SqlType::Double,
         700 => SqlType::Real,
-        _ => return None,
+        _ => {
+            let t = rocklake_sql::pg::PG_TYPES.iter().find(|t| t.oid == oid)?;
+            let elem = sql_type_of_oid(rocklake_sql::pg::pg_array_elem(t.name)?.oid)?;
+            SqlType::Array(Elem::of(elem)?)
+        }
     })
 }
 
@@ -825,6 +805,17 @@ pub fn param_expr(value: Option<&[u8]>, binary: bool, oid: u32) -> Result<Expr, 
             )
         }
         1082 => cast(text, D::Date),
+        // An array in its text form, read as the array it spells (where the statement's
+        // casts are rewritten).
+        _ if matches!(sql_type_of_oid(oid), Some(SqlType::Array(_))) => cast(
+            text,
+            D::Custom(
+                rocklake_sql::datafusion::sql::sqlparser::ast::ObjectName::from(vec![
+                    rocklake_sql::datafusion::sql::sqlparser::ast::Ident::new(name),
+                ]),
+                vec![],
+            ),
+        ),
         _ => lit(text),
     })
 }
@@ -915,6 +906,7 @@ fn recv(b: &[u8], ty: SqlType) -> Result<Value, SqlError> {
             )]));
             ty.cell(a.as_ref(), 0)?
         }
+        SqlType::Array(elem) => array_recv(b, elem)?,
         SqlType::Numeric(..) => {
             let text = numeric_recv(b)?;
             let a: ArrayRef = Arc::new(StringArray::from(vec![text]));
@@ -923,6 +915,78 @@ fn recv(b: &[u8], ty: SqlType) -> Result<Value, SqlError> {
             ty.cell(a.as_ref(), 0)?
         }
     })
+}
+
+/// PostgreSQL's binary array form (dimensions, a NULL flag, the element type's oid, each
+/// dimension's length and lower bound, then length-prefixed elements) as an array cell. Only
+/// one-dimensional arrays of the column's element type are taken, as PostgreSQL's
+/// `array_recv` takes only its column's element type.
+fn array_recv(b: &[u8], elem: Elem) -> Result<Value, SqlError> {
+    let scalar = elem.scalar();
+    let mut p = 0usize;
+    let word = |p: &mut usize, what: &str| -> Result<i32, SqlError> {
+        let w = b
+            .get(*p..*p + 4)
+            .ok_or_else(|| protocol(format!("a binary array ends inside {what}")))?;
+        *p += 4;
+        Ok(i32::from_be_bytes(w.try_into().unwrap_or_default()))
+    };
+    let ndim = word(&mut p, "its header")?;
+    let _flags = word(&mut p, "its header")?;
+    let oid = word(&mut p, "its header")? as u32;
+    let want =
+        rocklake_sql::pg::pg_type(rocklake_sql::pg::sql_type_name(scalar)).map_or(0, |t| t.oid);
+    let same = oid == want || (scalar == SqlType::Text && matches!(oid, 25 | 1043));
+    if !same {
+        return Err(SqlError::new(
+            "42804",
+            format!(
+                "binary data has array element type {oid} instead of expected {want} ({})",
+                scalar.pg_name()
+            ),
+        ));
+    }
+    let len = match ndim {
+        0 => 0,
+        1 => {
+            let n = word(&mut p, "its dimensions")?;
+            let _lower = word(&mut p, "its dimensions")?;
+            usize::try_from(n).map_err(|_| protocol(format!("a binary array of length {n}")))?
+        }
+        n if n > 1 => {
+            return Err(SqlError::unsupported(format!(
+                "a binary array of {n} dimensions: only one-dimensional arrays are supported"
+            )))
+        }
+        n => return Err(protocol(format!("a binary array of {n} dimensions"))),
+    };
+    let mut cells = Vec::with_capacity(len.min(4096));
+    for _ in 0..len {
+        let n = word(&mut p, "an element's length")?;
+        if n == -1 {
+            cells.push(Value::Null);
+            continue;
+        }
+        let n = usize::try_from(n)
+            .map_err(|_| protocol(format!("a binary array element of length {n}")))?;
+        let bytes = b
+            .get(p..p + n)
+            .ok_or_else(|| protocol("a binary array ends inside an element"))?;
+        p += n;
+        cells.push(recv(bytes, scalar)?);
+    }
+    if p != b.len() {
+        return Err(protocol(format!(
+            "{} bytes after the last element of a binary array",
+            b.len() - p
+        )));
+    }
+    let refs: Vec<&Value> = cells.iter().collect();
+    let values = scalar.to_array(&refs, &|| "array element".into())?;
+    let items: Vec<Option<String>> = (0..values.len())
+        .map(|i| pg_text(values.as_ref(), i))
+        .collect();
+    Ok(Value::Text(rocklake_sql::types::array_literal(&items)))
 }
 
 #[cfg(test)]

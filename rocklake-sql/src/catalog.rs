@@ -13,7 +13,7 @@ use rocklake_core::tags::Tag;
 
 use crate::error::{state, Result, SqlError};
 use crate::relation::{ColumnDef, Layout, RelDef};
-use crate::types::SqlType;
+use crate::types::{Elem, SqlType};
 
 /// Schemas and tables, as of some snapshot (shared, copied on change).
 #[derive(Clone, Debug, Default)]
@@ -121,8 +121,14 @@ pub fn rel_from_create(id: u64, ct: &CreateTable, catalog: &Catalog) -> Result<R
                 }
             }
         }
-        let is_text =
-            ty == SqlType::Text && c.data_type.to_string().trim().eq_ignore_ascii_case("text");
+        let declared = c.data_type.to_string().trim().to_ascii_lowercase();
+        let is_text = match ty {
+            SqlType::Text => declared == "text",
+            SqlType::Array(Elem::Text) => {
+                declared.starts_with("text[") || declared == "text array" || declared == "_text"
+            }
+            _ => false,
+        };
         columns.push(ColumnDef {
             name: cname,
             ty,

@@ -24,7 +24,7 @@ use datafusion::error::Result as DfResult;
 
 use crate::catalog::Catalog;
 use crate::relation::RelDef;
-use crate::types::SqlType;
+use crate::types::{Elem, SqlType};
 
 /// The Arrow field metadata key that names a column's PostgreSQL type (`int8`, `uuid`, ...).
 pub const PG_TYPE: &str = "rocklake.pg_type";
@@ -69,14 +69,19 @@ pub const PG_TYPES: &[PgType] = &[
     t("json", 114, -1, 0),
     t("float4", 700, 4, 0),
     t("float8", 701, 8, 0),
+    t("_bool", 1000, -1, 16),
     t("_int2", 1005, -1, 21),
     t("_int4", 1007, -1, 23),
     t("_text", 1009, -1, 25),
     t("_varchar", 1015, -1, 1043),
     t("_int8", 1016, -1, 20),
+    t("_float4", 1021, -1, 700),
+    t("_float8", 1022, -1, 701),
     t("bpchar", 1042, -1, 0),
     t("varchar", 1043, -1, 0),
     t("date", 1082, 4, 0),
+    t("_date", 1182, -1, 1082),
+    t("_numeric", 1231, -1, 1700),
     t("time", 1083, 8, 0),
     t("timestamp", 1114, 8, 0),
     t("timestamptz", 1184, 8, 0),
@@ -85,8 +90,18 @@ pub const PG_TYPES: &[PgType] = &[
     t("numeric", 1700, -1, 0),
     t("regclass", 2205, 4, 0),
     t("uuid", 2950, 16, 0),
+    t("_uuid", 2951, -1, 2950),
     t("jsonb", 3802, -1, 0),
 ];
+
+/// The element type of array type `name` (`_int4` → `int4`).
+pub fn pg_array_elem(name: &str) -> Option<PgType> {
+    let elem = pg_type(name)?.elem;
+    PG_TYPES
+        .iter()
+        .copied()
+        .find(|t| t.oid == elem && elem != 0)
+}
 
 /// The type named `name`.
 pub fn pg_type(name: &str) -> Option<PgType> {
@@ -112,13 +127,27 @@ pub fn sql_type_name(ty: SqlType) -> &'static str {
         SqlType::Double => "float8",
         SqlType::Real => "float4",
         SqlType::Numeric(..) => "numeric",
+        SqlType::Array(e) => match e {
+            Elem::BigInt => "_int8",
+            Elem::Integer => "_int4",
+            Elem::SmallInt => "_int2",
+            Elem::Boolean => "_bool",
+            Elem::Text => "_varchar",
+            Elem::Uuid => "_uuid",
+            Elem::Date => "_date",
+            Elem::Double => "_float8",
+            Elem::Real => "_float4",
+            Elem::Numeric(..) => "_numeric",
+        },
     }
 }
 
 /// The type modifier PostgreSQL stores for a declared type (`atttypmod`), -1 for none.
 pub fn sql_typmod(ty: SqlType) -> i32 {
     match ty {
-        SqlType::Numeric(p, s) => ((i32::from(p) << 16) | (i32::from(s) & 0xffff)) + 4,
+        SqlType::Numeric(p, s) | SqlType::Array(Elem::Numeric(p, s)) => {
+            ((i32::from(p) << 16) | (i32::from(s) & 0xffff)) + 4
+        }
         _ => -1,
     }
 }
@@ -165,9 +194,14 @@ pub fn pg_type_of(f: &Field) -> Option<(PgType, i32)> {
             return pg_type("numeric").map(|t| (t, tm));
         }
         DataType::List(inner) | DataType::LargeList(inner) => match inner.data_type() {
+            DataType::Boolean => "_bool",
             DataType::Int16 => "_int2",
             DataType::Int32 => "_int4",
             DataType::Int64 => "_int8",
+            DataType::Float32 => "_float4",
+            DataType::Float64 => "_float8",
+            DataType::Date32 => "_date",
+            DataType::Decimal128(..) => "_numeric",
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "_text",
             _ => return None,
         },
@@ -199,8 +233,10 @@ fn arrow_fits(pg: &str, dt: &DataType) -> bool {
         "float8" => dt == &DataType::Float64,
         "float4" => dt == &DataType::Float32,
         "numeric" => matches!(dt, DataType::Decimal128(..)),
-        "_int2" => matches!(dt, DataType::List(f) if f.data_type() == &DataType::Int16),
-        _ => false,
+        _ => match (pg_array_elem(pg), dt) {
+            (Some(elem), DataType::List(f)) => arrow_fits(elem.name, f.data_type()),
+            _ => false,
+        },
     }
 }
 
@@ -365,14 +401,15 @@ pub fn pg_catalog_table(
                 )?
             }
             "pg_attribute" => {
-                let (mut rel, mut name, mut typ, mut typmod, mut num, mut notnull) =
-                    (vec![], vec![], vec![], vec![], vec![], vec![]);
+                let (mut rel, mut name, mut typ, mut typmod, mut num, mut notnull, mut ndims) =
+                    (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
                 for r in &tables {
                     for (i, c) in r.columns.iter().enumerate() {
                         rel.push(table_oid(r));
                         name.push(c.name.clone());
                         typ.push(pg_type(c.pg_type_name()).map_or(0, |t| i64::from(t.oid)));
                         typmod.push(sql_typmod(c.ty));
+                        ndims.push(i32::from(matches!(c.ty, SqlType::Array(_))));
                         num.push(i as i16 + 1);
                         notnull.push(c.not_null);
                     }
@@ -395,7 +432,7 @@ pub fn pg_catalog_table(
                         s(name),
                         i64s(typ),
                         i32s(typmod),
-                        i32s(vec![0; n]),
+                        i32s(ndims),
                         Arc::new(Int16Array::from(num)),
                         bools(notnull),
                         bools(vec![false; n]),
@@ -634,6 +671,7 @@ pub fn information_schema_table(
                     null.push(if c.not_null { "NO" } else { "YES" }.to_string());
                     ty.push(match c.ty {
                         SqlType::Numeric(..) => "numeric".to_string(),
+                        SqlType::Array(_) => "ARRAY".to_string(),
                         _ if c.is_text => "text".to_string(),
                         other => other.pg_name(),
                     });

@@ -62,7 +62,11 @@ impl ColumnDef {
     /// The PostgreSQL type name clients are told (`varchar`, `text`, `int8`, ...).
     pub fn pg_type_name(&self) -> &'static str {
         if self.is_text {
-            "text"
+            if matches!(self.ty, SqlType::Array(_)) {
+                "_text"
+            } else {
+                "text"
+            }
         } else {
             crate::pg::sql_type_name(self.ty)
         }

@@ -41,7 +41,7 @@ use crate::error::{state, Result, SqlError};
 use crate::provider::{RockCatalog, Shared};
 use crate::relation::{RelDef, StoredRow, KEY_COLUMN};
 use crate::txn::Txn;
-use crate::types::SqlType;
+use crate::types::{Elem, SqlType};
 
 /// What one statement produced.
 #[derive(Debug)]
@@ -1253,11 +1253,56 @@ fn strip_collate(q: &mut Query) {
             Expr::Collate { expr, .. } => *e = (**expr).clone(),
             Expr::Cast {
                 expr, data_type, ..
-            } if data_type.to_string().eq_ignore_ascii_case("tid") => *e = (**expr).clone(),
+            } if data_type.to_string().eq_ignore_ascii_case("tid") => *e = tid_text(expr),
             _ => {}
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// A value cast to `tid`, as the text a `ctid` compares with here (`(0,1)`). PostgreSQL's tid
+/// input skips what comes before `(` and reads the numbers leniently, and DuckDB's postgres
+/// extension relies on that: it sends its ctids back quoted (`'(0,2)'`). A text literal is
+/// read here; any other value is read the same way by a regular expression at run time (a
+/// value that is no tid stays as it is and matches no row).
+fn tid_text(expr: &Expr) -> Expr {
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    use datafusion::sql::sqlparser::ast::{
+        Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, ObjectName,
+    };
+    const TID: &str = r"^[^(]*\(\s*0*([0-9]+)\s*,\s*0*([0-9]+)\s*\).*$";
+    let lit = |t: &str| Expr::Value(SqlValue::SingleQuotedString(t.to_string()).into());
+    if let Expr::Value(v) = expr {
+        if let SqlValue::SingleQuotedString(t) = &v.value {
+            let parsed = t.split_once('(').and_then(|(_, rest)| {
+                let (inner, _) = rest.split_once(')')?;
+                let (block, offset) = inner.split_once(',')?;
+                Some(format!(
+                    "({},{})",
+                    block.trim().parse::<u64>().ok()?,
+                    offset.trim().parse::<u64>().ok()?
+                ))
+            });
+            return lit(parsed.as_deref().unwrap_or(t));
+        }
+    }
+    let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
+    Expr::Function(Function {
+        name: ObjectName::from(vec![datafusion::sql::sqlparser::ast::Ident::new(
+            "regexp_replace",
+        )]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![arg(expr.clone()), arg(lit(TID)), arg(lit("(${1},${2})"))],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
 }
 
 fn is_ctid(e: &Expr) -> bool {
@@ -1630,6 +1675,14 @@ fn pg_expr_name(e: &Expr) -> String {
             _ => "?column?".into(),
         },
         Expr::Nested(inner) => pg_expr_name(inner),
+        // `a[1]` is named after its array, as in PostgreSQL.
+        Expr::CompoundFieldAccess { root, access_chain }
+            if access_chain.iter().all(|a| {
+                matches!(a, datafusion::sql::sqlparser::ast::AccessExpr::Subscript(_))
+            }) =>
+        {
+            pg_expr_name(root)
+        }
         Expr::Cast {
             expr, data_type, ..
         } => {
@@ -1849,6 +1902,19 @@ fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: &[usize]) {
                     u64::from(p),
                     i64::from(s),
                 )),
+                SqlType::Array(elem) => {
+                    // A text literal (`'{1,2}'`) becomes the array it spells; one that does
+                    // not parse is left to `coerce`, which names the column in its error.
+                    if let Expr::Value(v) = e {
+                        if let SqlValue::SingleQuotedString(text) = &v.value {
+                            if let Ok(a) = array_expr(text, elem) {
+                                *e = a;
+                            }
+                            continue;
+                        }
+                    }
+                    array_sql_type(elem)
+                }
                 SqlType::Interval => {
                     // A text literal is read with PostgreSQL's syntax here; one that does not
                     // parse is left to `coerce`, which names the column in its error.
@@ -1878,6 +1944,62 @@ fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: &[usize]) {
     }
 }
 
+/// The SQL type DataFusion plans an array of `elem` as (`uuid[]` is `varchar[]`, as a uuid
+/// is its text).
+fn array_sql_type(elem: Elem) -> datafusion::sql::sqlparser::ast::DataType {
+    use datafusion::sql::sqlparser::ast::{ArrayElemTypeDef, DataType as D, ExactNumberInfo};
+    let inner = match elem {
+        Elem::BigInt => D::BigInt(None),
+        Elem::Integer => D::Int(None),
+        Elem::SmallInt => D::SmallInt(None),
+        Elem::Boolean => D::Boolean,
+        Elem::Text | Elem::Uuid => D::Varchar(None),
+        Elem::Date => D::Date,
+        Elem::Double => D::DoublePrecision,
+        Elem::Real => D::Real,
+        Elem::Numeric(p, s) => D::Decimal(ExactNumberInfo::PrecisionAndScale(
+            u64::from(p),
+            i64::from(s),
+        )),
+    };
+    D::Array(ArrayElemTypeDef::SquareBracket(Box::new(inner), None))
+}
+
+/// PostgreSQL's array text form (`{1,NULL,3}`) of `elem`s as an expression DataFusion plans:
+/// `CAST(ARRAY['1', NULL, '3'] AS integer[])`. Malformed text is refused with `22P02`; a uuid
+/// element is checked and written in its canonical form.
+fn array_expr(text: &str, elem: Elem) -> Result<Expr> {
+    use datafusion::sql::sqlparser::ast::{Array, CastKind, Value as SqlValue};
+    let items = crate::types::parse_array_literal(text)
+        .map_err(|m| SqlError::new(state::INVALID_TEXT, m))?;
+    // Each element is checked here, so that a bad one is refused with PostgreSQL's error
+    // rather than DataFusion's.
+    crate::types::check_elements(&items, elem)?;
+    let mut elems = Vec::with_capacity(items.len());
+    for item in items {
+        elems.push(Expr::Value(
+            match item {
+                None => SqlValue::Null,
+                Some(t) if elem == Elem::Uuid => {
+                    SqlValue::SingleQuotedString(crate::types::canonical_uuid(&t)?)
+                }
+                Some(t) => SqlValue::SingleQuotedString(t),
+            }
+            .into(),
+        ));
+    }
+    Ok(Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(Expr::Array(Array {
+            elem: elems,
+            named: true,
+        })),
+        data_type: array_sql_type(elem),
+        array: false,
+        format: None,
+    })
+}
+
 /// Casts DataFusion has no type for, as this layer stores them: `uuid` and `time with time
 /// zone` are their text (a column of either type checks and canonicalises what it is given),
 /// `tid` is a ctid's text form. A text literal cast to `interval` is read with PostgreSQL's
@@ -1891,6 +2013,31 @@ fn rewrite_casts(stmt: &mut Statement) -> Result<()> {
     use datafusion::sql::sqlparser::ast::Value as SqlValue;
     let mut failed = None;
     let _ = visit_expressions_mut(stmt, |e| {
+        // `'{1,2}'::integer[]`: the text read with PostgreSQL's array syntax.
+        if let Expr::Cast {
+            expr, data_type, ..
+        } = e
+        {
+            if let (Expr::Value(v), Ok(SqlType::Array(elem))) =
+                (expr.as_ref(), SqlType::parse(&data_type.to_string()))
+            {
+                if let SqlValue::SingleQuotedString(text) = &v.value {
+                    match array_expr(text, elem) {
+                        Ok(a) => *e = a,
+                        Err(err) => {
+                            failed = Some(err);
+                            return ControlFlow::Break(());
+                        }
+                    }
+                    return ControlFlow::Continue(());
+                }
+            }
+            // Any other value cast to an array type: the type as DataFusion names it.
+            if let Ok(SqlType::Array(elem)) = SqlType::parse(&data_type.to_string()) {
+                *data_type = array_sql_type(elem);
+                return ControlFlow::Continue(());
+            }
+        }
         if let Expr::Cast {
             expr, data_type, ..
         } = e
@@ -1920,7 +2067,7 @@ fn rewrite_casts(stmt: &mut Statement) -> Result<()> {
                 return ControlFlow::Break(());
             }
             if name == "tid" {
-                *e = (**expr).clone();
+                *e = tid_text(expr);
             } else if matches!(name.as_str(), "uuid" | "timetz" | "time with time zone") {
                 *data_type = SqlDataType::Varchar(None);
             }

@@ -15,6 +15,7 @@
 //! | bytea | Binary | bytes |
 //! | double precision, real | Float64, Float32 | text (shortest exact decimal form) |
 //! | numeric(p, s) | Decimal128(p, s) | text (the decimal) |
+//! | `T[]` (T one of [`Elem`]) | List(T) | text (PostgreSQL's array text form, `{1,NULL,3}`) |
 //!
 //! Floats and decimals are kept as text so that the core's four cell kinds hold every value
 //! exactly; reading them back parses the same text.
@@ -28,8 +29,10 @@ use datafusion::arrow::array::{
     Time64MicrosecondArray, Time64MicrosecondBuilder, TimestampMicrosecondArray,
     TimestampMicrosecondBuilder,
 };
+use datafusion::arrow::array::{AsArray, ListArray};
+use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, TimeUnit};
 use rocklake_core::values::Value;
 
 use crate::error::{state, Result, SqlError};
@@ -79,6 +82,68 @@ pub enum SqlType {
     Real,
     /// `numeric(precision, scale)`
     Numeric(u8, i8),
+    /// A one-dimensional array, `T[]`.
+    Array(Elem),
+}
+
+/// The element types an array column may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    /// `bigint[]`
+    BigInt,
+    /// `integer[]`
+    Integer,
+    /// `smallint[]`
+    SmallInt,
+    /// `boolean[]`
+    Boolean,
+    /// `varchar[]` / `text[]`
+    Text,
+    /// `uuid[]`
+    Uuid,
+    /// `date[]`
+    Date,
+    /// `double precision[]`
+    Double,
+    /// `real[]`
+    Real,
+    /// `numeric(p, s)[]`
+    Numeric(u8, i8),
+}
+
+impl Elem {
+    /// The scalar type of one element.
+    pub fn scalar(self) -> SqlType {
+        match self {
+            Elem::BigInt => SqlType::BigInt,
+            Elem::Integer => SqlType::Integer,
+            Elem::SmallInt => SqlType::SmallInt,
+            Elem::Boolean => SqlType::Boolean,
+            Elem::Text => SqlType::Text,
+            Elem::Uuid => SqlType::Uuid,
+            Elem::Date => SqlType::Date,
+            Elem::Double => SqlType::Double,
+            Elem::Real => SqlType::Real,
+            Elem::Numeric(p, s) => SqlType::Numeric(p, s),
+        }
+    }
+
+    /// The element type for scalar type `t`, if arrays of it are supported.
+    pub fn of(t: SqlType) -> Option<Elem> {
+        Some(match t {
+            SqlType::BigInt => Elem::BigInt,
+            SqlType::Integer => Elem::Integer,
+            SqlType::SmallInt => Elem::SmallInt,
+            SqlType::Boolean => Elem::Boolean,
+            SqlType::Text => Elem::Text,
+            SqlType::Uuid => Elem::Uuid,
+            SqlType::Date => Elem::Date,
+            SqlType::Double => Elem::Double,
+            SqlType::Real => Elem::Real,
+            SqlType::Numeric(p, s) => Elem::Numeric(p, s),
+            _ => return None,
+        })
+    }
 }
 
 /// What a column's values may be converted from on the way in and out of the store.
@@ -88,6 +153,26 @@ impl SqlType {
     pub fn parse(declared: &str) -> Result<SqlType> {
         let t = declared.trim().to_ascii_lowercase();
         let t = t.split_whitespace().collect::<Vec<_>>().join(" ");
+        // `integer[]`, `integer[3]`, `integer[][]`, `integer array`, `_int4`: PostgreSQL
+        // treats every spelling as the same one array type.
+        let inner = if let Some(open) = t.find('[').filter(|_| t.ends_with(']')) {
+            Some(t[..open].trim().to_string())
+        } else if let Some(base) = t.strip_suffix(" array") {
+            Some(base.trim().to_string())
+        } else {
+            t.strip_prefix('_').map(str::to_string)
+        };
+        if let Some(inner) = inner {
+            let scalar = SqlType::parse(&inner)?;
+            return Elem::of(scalar).map(SqlType::Array).ok_or_else(|| {
+                SqlError::unsupported(format!(
+                    "type {declared:?}: arrays of {} are not supported by RockLake's SQL layer \
+                     (supported elements: bigint, integer, smallint, boolean, varchar/text, \
+                     uuid, date, double precision, real, numeric)",
+                    scalar.pg_name()
+                ))
+            });
+        }
         let base = t.split('(').next().unwrap_or("").trim().to_string();
         let args: Vec<i64> = t
             .find('(')
@@ -142,7 +227,7 @@ impl SqlType {
                     "type {declared:?} is not supported by RockLake's SQL layer (supported: \
                      bigint, integer, smallint, boolean, varchar/text, uuid, timestamp [with time \
                      zone], date, time [with time zone], interval, bytea, double precision, real, \
-                     numeric(p, s))"
+                     numeric(p, s), and arrays of most of them)"
                 )))
             }
         })
@@ -167,6 +252,7 @@ impl SqlType {
             SqlType::Double => "double precision".into(),
             SqlType::Real => "real".into(),
             SqlType::Numeric(p, s) => format!("numeric({p},{s})"),
+            SqlType::Array(e) => format!("{}[]", e.scalar().pg_name()),
         }
     }
 
@@ -189,6 +275,9 @@ impl SqlType {
             SqlType::Double => DataType::Float64,
             SqlType::Real => DataType::Float32,
             SqlType::Numeric(p, s) => DataType::Decimal128(*p, *s),
+            SqlType::Array(e) => {
+                DataType::List(Arc::new(Field::new_list_field(e.scalar().arrow(), true)))
+            }
         }
     }
 
@@ -319,6 +408,20 @@ impl SqlType {
                     )
                 })?
             }
+            SqlType::Array(e) => {
+                let texts = cells.iter().map(|v| text(v)).collect::<Result<Vec<_>>>()?;
+                list_from_texts(texts.iter().map(Option::as_deref), *e, &what()).map_err(|err| {
+                    SqlError::new(
+                        state::DATA_CORRUPTED,
+                        format!(
+                            "{}: a stored {} cell does not parse: {}",
+                            what(),
+                            self.pg_name(),
+                            err.message
+                        ),
+                    )
+                })?
+            }
         })
     }
 
@@ -385,6 +488,13 @@ impl SqlType {
                     .to_string();
                 Value::Text(text)
             }
+            SqlType::Array(e) => {
+                let DataType::List(_) = array.data_type() else {
+                    return Err(wrong());
+                };
+                let items = array.as_list::<i32>().value(i);
+                Value::Text(array_text(items.as_ref(), *e)?)
+            }
         })
     }
 
@@ -442,6 +552,12 @@ impl SqlType {
                 return Ok(Arc::new(b.finish()));
             }
         }
+        // Text into an array reads PostgreSQL's array input (`{1,2,NULL}`, `{"a b",c}`).
+        if let SqlType::Array(e) = self {
+            if let Some(text) = array.as_any().downcast_ref::<StringArray>() {
+                return list_from_texts(text.iter(), *e, column);
+            }
+        }
         let safe = datafusion::arrow::compute::CastOptions {
             safe: false,
             ..Default::default()
@@ -465,6 +581,215 @@ impl SqlType {
             )
         })
     }
+}
+
+/// PostgreSQL's text form of a one-dimensional array of these element texts (`None`: NULL):
+/// `{1,NULL,"a b"}`, each element quoted where PostgreSQL quotes it.
+pub fn array_literal(items: &[Option<String>]) -> String {
+    let mut out = String::from("{");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match item {
+            None => out.push_str("NULL"),
+            Some(v) => {
+                let plain = !v.is_empty()
+                    && !v.eq_ignore_ascii_case("null")
+                    && !v.chars().any(|c| {
+                        matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_ascii_whitespace()
+                    });
+                if plain {
+                    out.push_str(v);
+                } else {
+                    out.push('"');
+                    for c in v.chars() {
+                        if c == '"' || c == '\\' {
+                            out.push('\\');
+                        }
+                        out.push(c);
+                    }
+                    out.push('"');
+                }
+            }
+        }
+    }
+    out.push('}');
+    out
+}
+
+/// The elements of PostgreSQL's array text form (`{1, 2,NULL}`, `{"a,b",c\"d}`); `None` is a
+/// NULL element. Only one-dimensional arrays are read; an error says what is wrong.
+pub fn parse_array_literal(s: &str) -> std::result::Result<Vec<Option<String>>, String> {
+    let malformed = |why: &str| format!("malformed array literal: \"{s}\" ({why})");
+    let t = s.trim();
+    if t.starts_with('[') {
+        return Err(malformed("explicit array bounds are not supported"));
+    }
+    let body = t
+        .strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .ok_or_else(|| malformed("array value must start with \"{\" and end with \"}\""))?;
+    let mut items = Vec::new();
+    if body.trim().is_empty() {
+        return Ok(items);
+    }
+    let mut chars = body.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_ascii_whitespace()) {
+            chars.next();
+        }
+        let mut item = String::new();
+        let mut quoted = false;
+        let mut trailing_ws = 0usize;
+        match chars.peek() {
+            Some('"') => {
+                chars.next();
+                quoted = true;
+                loop {
+                    match chars.next() {
+                        None => return Err(malformed("unterminated quoted element")),
+                        Some('"') => break,
+                        Some('\\') => item.push(
+                            chars
+                                .next()
+                                .ok_or_else(|| malformed("unexpected end of input"))?,
+                        ),
+                        Some(c) => item.push(c),
+                    }
+                }
+                while chars.peek().is_some_and(|c| c.is_ascii_whitespace()) {
+                    chars.next();
+                }
+            }
+            Some('{') => return Err(malformed("multidimensional arrays are not supported")),
+            _ => {
+                while let Some(&c) = chars.peek() {
+                    match c {
+                        ',' => break,
+                        '{' | '}' | '"' => return Err(malformed("unexpected character")),
+                        '\\' => {
+                            chars.next();
+                            item.push(
+                                chars
+                                    .next()
+                                    .ok_or_else(|| malformed("unexpected end of input"))?,
+                            );
+                            trailing_ws = 0;
+                            continue;
+                        }
+                        c if c.is_ascii_whitespace() => trailing_ws += 1,
+                        _ => trailing_ws = 0,
+                    }
+                    item.push(c);
+                    chars.next();
+                }
+                item.truncate(item.len() - trailing_ws);
+                if item.is_empty() {
+                    return Err(malformed("empty element"));
+                }
+            }
+        }
+        items.push(if !quoted && item.eq_ignore_ascii_case("null") {
+            None
+        } else {
+            Some(item)
+        });
+        match chars.next() {
+            None => return Ok(items),
+            Some(',') => continue,
+            Some(_) => return Err(malformed("junk after a quoted element")),
+        }
+    }
+}
+
+/// An Arrow list array, one row per text (`None`: NULL), each text in PostgreSQL's array text
+/// form and its elements of type `elem`. An error names `column`.
+fn list_from_texts<'a>(
+    texts: impl Iterator<Item = Option<&'a str>>,
+    elem: Elem,
+    column: &str,
+) -> Result<ArrayRef> {
+    let mut offsets = vec![0i32];
+    let mut valid = Vec::new();
+    let mut items: Vec<Option<String>> = Vec::new();
+    for t in texts {
+        match t {
+            None => valid.push(false),
+            Some(t) => {
+                let parsed = parse_array_literal(t).map_err(|m| {
+                    SqlError::new(state::INVALID_TEXT, format!("{m} (column \"{column}\")"))
+                })?;
+                items.extend(parsed);
+                valid.push(true);
+            }
+        }
+        offsets.push(i32::try_from(items.len()).map_err(|_| {
+            SqlError::new(
+                state::OUT_OF_RANGE,
+                format!("array too large (column \"{column}\")"),
+            )
+        })?);
+    }
+    let strings: ArrayRef = Arc::new(StringArray::from(items.clone()));
+    let values =
+        elem.scalar()
+            .coerce(&strings, column)
+            .map_err(|e| match check_elements(&items, elem) {
+                Err(bad) => {
+                    SqlError::new(bad.code, format!("{} (column \"{column}\")", bad.message))
+                }
+                Ok(()) => e,
+            })?;
+    let field = Arc::new(Field::new_list_field(elem.scalar().arrow(), true));
+    let nulls = valid.iter().any(|v| !v).then(|| valid.into());
+    let list = ListArray::try_new(field, OffsetBuffer::new(offsets.into()), values, nulls)
+        .map_err(|e| SqlError::internal(e.to_string()))?;
+    Ok(Arc::new(list))
+}
+
+/// Refuse the first of `items` (array elements as text) that is not a value of `elem`, with
+/// PostgreSQL's message.
+pub fn check_elements(items: &[Option<String>], elem: Elem) -> Result<()> {
+    let scalar = elem.scalar();
+    for t in items.iter().flatten() {
+        let one: ArrayRef = Arc::new(StringArray::from(vec![t.as_str()]));
+        if let Err(mut e) = scalar.coerce(&one, "array element") {
+            // A whole number too wide for its integer type is out of range, not malformed.
+            let integer = matches!(
+                scalar,
+                SqlType::SmallInt | SqlType::Integer | SqlType::BigInt
+            );
+            if integer && t.trim().parse::<i128>().is_ok() {
+                e.code = state::OUT_OF_RANGE;
+            }
+            let message = if e.code == state::OUT_OF_RANGE {
+                format!(
+                    "value \"{t}\" is out of range for type {}",
+                    scalar.pg_name()
+                )
+            } else {
+                format!(
+                    "invalid input syntax for type {}: \"{t}\"",
+                    scalar.pg_name()
+                )
+            };
+            return Err(SqlError::new(e.code, message));
+        }
+    }
+    Ok(())
+}
+
+/// The array text form of `items`, elements of type `elem` (uuids canonical).
+fn array_text(items: &dyn Array, elem: Elem) -> Result<String> {
+    let mut parts = Vec::with_capacity(items.len());
+    for i in 0..items.len() {
+        parts.push(match pg_text(items, i) {
+            Some(t) if elem == Elem::Uuid => Some(canonical_uuid(&t)?),
+            other => other,
+        });
+    }
+    Ok(array_literal(&parts))
 }
 
 /// PostgreSQL's bytea input: `\x` followed by hex digit pairs, or the escape form, where
@@ -559,7 +884,6 @@ pub fn canonical_uuid(s: &str) -> Result<String> {
 /// (the session's time zone is UTC), dates and times in ISO form. What a client reading text
 /// results sees, so that results can be held to PostgreSQL's.
 pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
-    use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::{
         Float32Type, Float64Type, IntervalMonthDayNanoType, TimestampMicrosecondType,
         TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
@@ -593,6 +917,13 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
         .to_string(),
         DataType::Interval(IntervalUnit::MonthDayNano) => {
             interval_of(array.as_primitive::<IntervalMonthDayNanoType>().value(row)).to_pg_text()
+        }
+        DataType::List(_) => {
+            let items = array.as_list::<i32>().value(row);
+            let parts: Vec<Option<String>> = (0..items.len())
+                .map(|i| pg_text(items.as_ref(), i))
+                .collect();
+            array_literal(&parts)
         }
         DataType::Float64 => pg_float(array.as_primitive::<Float64Type>().value(row)),
         DataType::Float32 => pg_real(array.as_primitive::<Float32Type>().value(row)),
@@ -766,6 +1097,106 @@ mod tests {
             .unwrap();
         assert_eq!(pg_text(b.as_ref(), 0).as_deref(), Some("t"));
         assert_eq!(pg_text(b.as_ref(), 1), None);
+    }
+
+    #[test]
+    fn array_types_parse_in_every_spelling_postgresql_takes() {
+        for t in [
+            "INTEGER[]",
+            "int4[3]",
+            "integer[][]",
+            "integer array",
+            "_int4",
+        ] {
+            assert_eq!(
+                SqlType::parse(t).unwrap(),
+                SqlType::Array(Elem::Integer),
+                "{t}"
+            );
+        }
+        assert_eq!(
+            SqlType::parse("NUMERIC(10, 2)[]").unwrap(),
+            SqlType::Array(Elem::Numeric(10, 2))
+        );
+        let e = SqlType::parse("INTERVAL[]").unwrap_err();
+        assert_eq!(e.code, state::NOT_SUPPORTED);
+        assert!(e.message.contains("arrays of interval"), "{e}");
+    }
+
+    #[test]
+    fn array_text_is_read_and_written_as_postgresql_does() {
+        let got = parse_array_literal(r#" { 1 , "a b",NULL,"NULL", c\"d , "" } "#).unwrap();
+        let want = [
+            Some("1"),
+            Some("a b"),
+            None,
+            Some("NULL"),
+            Some("c\"d"),
+            Some(""),
+        ];
+        assert_eq!(got, want.map(|w| w.map(str::to_string)));
+        assert_eq!(parse_array_literal("{}").unwrap(), vec![]);
+        for bad in [
+            "{1,2",
+            "1,2",
+            "{1,,2}",
+            "{{1},{2}}",
+            "{\"a\"b}",
+            "[1:2]={1,2}",
+        ] {
+            let e = parse_array_literal(bad).unwrap_err();
+            assert!(e.starts_with("malformed array literal"), "{bad}: {e}");
+        }
+        let items = ["1", "a b", "", "NULL", "q\"x", "b\\s", "{}"].map(|s| Some(s.to_string()));
+        let mut items = items.to_vec();
+        items.push(None);
+        assert_eq!(
+            array_literal(&items),
+            r#"{1,"a b","","NULL","q\"x","b\\s","{}",NULL}"#
+        );
+        assert_eq!(parse_array_literal(&array_literal(&items)).unwrap(), items);
+    }
+
+    #[test]
+    fn array_cells_round_trip_and_bad_elements_name_their_type() {
+        for (ty, text) in [
+            (Elem::Integer, "{1,NULL,-3}"),
+            (Elem::BigInt, "{9223372036854775807}"),
+            (Elem::SmallInt, "{}"),
+            (Elem::Boolean, "{t,f,NULL}"),
+            (Elem::Text, r#"{"a b",c,""}"#),
+            (Elem::Uuid, "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}"),
+            (Elem::Date, "{2024-01-02}"),
+            (Elem::Double, "{1.5,Infinity,NaN,-0.25,1e+20}"),
+            (Elem::Real, "{0.1}"),
+            (Elem::Numeric(10, 2), "{1.50,-2.00}"),
+        ] {
+            let ty = SqlType::Array(ty);
+            let v = Value::Text(text.into());
+            let a = ty.to_array(&[&v, &Value::Null], &|| "t.c".into()).unwrap();
+            assert_eq!(a.data_type(), &ty.arrow());
+            assert_eq!(ty.cell(a.as_ref(), 0).unwrap(), v, "{ty:?}");
+            assert_eq!(ty.cell(a.as_ref(), 1).unwrap(), Value::Null, "{ty:?}");
+        }
+        let ty = SqlType::Array(Elem::Integer);
+        let bad: ArrayRef = Arc::new(StringArray::from(vec!["{1,x}"]));
+        let e = ty.coerce(&bad, "c").unwrap_err();
+        assert_eq!(e.code, state::INVALID_TEXT);
+        assert!(
+            e.message
+                .contains("invalid input syntax for type integer: \"x\""),
+            "{e}"
+        );
+        let big: ArrayRef = Arc::new(StringArray::from(vec!["{99999}"]));
+        let e = SqlType::Array(Elem::SmallInt)
+            .coerce(&big, "c")
+            .unwrap_err();
+        assert_eq!(e.code, state::OUT_OF_RANGE, "{e}");
+        let e = ty
+            .to_array(&[&Value::Text("{1".into())], &|| "t.c".into())
+            .unwrap_err();
+        assert_eq!(e.code, state::DATA_CORRUPTED);
+        assert!(e.message.contains("t.c"), "{e}");
     }
 
     #[test]
