@@ -439,21 +439,25 @@ def workload(r, attach_sql, reattach, catalog):
     # through DuckDB's postgres extension ----------------------------------------------------
     x("plain_attach", f"ATTACH '{catalog}' AS pgdb (TYPE postgres)")
     x("arrays_create", "CREATE TABLE pgdb.public.e2e_arrays(id INTEGER, a INTEGER[], "
-      "b VARCHAR[], d DOUBLE[], e BOOLEAN[], n BIGINT[], u UUID[], m DECIMAL(10,2)[], dt DATE[])")
+      "b VARCHAR[], d DOUBLE[], e BOOLEAN[], n BIGINT[], u UUID[], m DECIMAL(10,2)[], dt DATE[], "
+      "ts TIMESTAMP[], iv INTERVAL[], bl BLOB[])")
     q("arrays_insert", "INSERT INTO pgdb.public.e2e_arrays VALUES "
       "(1, [1, 2, NULL], ['a b', 'c', '', 'x\"y', 'back\\slash', '{}'], [1.5, 'inf'::DOUBLE, -0.25], "
       "[true, NULL], [9223372036854775807], ['a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'], "
-      "[1.5, 2], ['2024-01-02'::DATE]), "
-      "(2, [], [], NULL, [false], NULL, [], [], []), "
-      "(3, NULL, ['only'], [1e20], [], [-1, 0], NULL, NULL, NULL)")
+      "[1.5, 2], ['2024-01-02'::DATE], ['1999-12-31 23:59:59.5'::TIMESTAMP, NULL], "
+      "[INTERVAL '1 year 2 months 3 days 04:05:06.7', INTERVAL '-1 day 2 hours'], "
+      "['\\xde\\xad'::BLOB, ''::BLOB, 'a,b'::BLOB]), "
+      "(2, [], [], NULL, [false], NULL, [], [], [], [], [], []), "
+      "(3, NULL, ['only'], [1e20], [], [-1, 0], NULL, NULL, NULL, NULL, NULL, NULL)")
     q("arrays_read", "SELECT * FROM pgdb.public.e2e_arrays ORDER BY id")
     q("arrays_filter", "SELECT id, a[1], len(b) FROM pgdb.public.e2e_arrays "
       "WHERE list_contains(a, 2) OR id = 3 ORDER BY id")
     q("arrays_server_side", "SELECT * FROM postgres_query('pgdb', 'SELECT id, a, b, a[2] AS second, "
       "cardinality(b) AS nb FROM public.e2e_arrays WHERE 2 = ANY(a) OR a = ''{}''::int[] ORDER BY id')")
-    q("arrays_update", "UPDATE pgdb.public.e2e_arrays SET a = [7, 8], b = ['u'] WHERE id = 2")
+    q("arrays_update", "UPDATE pgdb.public.e2e_arrays SET a = [7, 8], b = ['u'], "
+      "iv = [INTERVAL '5 minutes'] WHERE id = 2")
     q("arrays_delete", "DELETE FROM pgdb.public.e2e_arrays WHERE id = 3")
-    q("arrays_read_after", "SELECT id, a, b, n FROM pgdb.public.e2e_arrays ORDER BY id")
+    q("arrays_read_after", "SELECT id, a, b, n, iv FROM pgdb.public.e2e_arrays ORDER BY id")
     x("arrays_drop", "DROP TABLE pgdb.public.e2e_arrays")
     x("plain_detach", "DETACH pgdb")
 

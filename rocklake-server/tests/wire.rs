@@ -61,16 +61,21 @@ const QUERIES: &[&str] = &[
 /// A client's own table with array columns.
 const ARRAY_COLUMNS: &str = "(a BIGINT PRIMARY KEY, i INTEGER[], v VARCHAR[], x TEXT[], \
   f DOUBLE PRECISION[], b BOOLEAN[], u UUID[], n NUMERIC(10,2)[], d DATE[], s SMALLINT[], \
-  r REAL[], l BIGINT[])";
+  r REAL[], l BIGINT[], ts TIMESTAMP[], tz TIMESTAMPTZ[], tm TIME[], ttz TIMETZ[], \
+  iv INTERVAL[], by BYTEA[])";
 
 /// What is asked of it, every message compared with PostgreSQL's.
 const ARRAY_QUERIES: &[&str] = &[
     "INSERT INTO ar VALUES (1, '{1,2,NULL}', '{\"a b\",c,\"\",\"NULL\",\"q\\\"x\"}', \
      ARRAY['t','u v'], '{1.5,Infinity,NaN,-0.25,1e20}', '{t,f,NULL}', \
      '{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}', '{1.5,2}', '{2024-01-02}', '{-3}', '{0.1}', \
-     '{9223372036854775807}')",
+     '{9223372036854775807}', '{\"1999-12-31 23:59:59.5\",NULL}', \
+     '{\"2026-11-29 23:21:17.336452+00\"}', '{12:34:56.789}', '{12:34:56.789+02}', \
+     '{\"1 year 2 mons 3 days 04:05:06.7\",\"-1 days +02:00:00\"}', '{\"\\\\xdeadbeef\",\"\\\\x\"}')",
     "INSERT INTO ar VALUES (2, ARRAY[3,4], '{}', NULL, ARRAY[1e20], ARRAY[true], '{}', \
-     ARRAY[1.234], '{}', NULL, NULL, '{ 1 , 2 }')",
+     ARRAY[1.234], '{}', NULL, NULL, '{ 1 , 2 }', '{}', NULL, '{}', NULL, '{}', '{}')",
+    "INSERT INTO ar (a, ts) VALUES (3, '{nope}')",
+    "INSERT INTO ar (a, by) VALUES (3, '{\"\\\\xz\"}')",
     "INSERT INTO ar (a, i) VALUES (3, '{1,{2}}')",
     "INSERT INTO ar (a, i) VALUES (3, '{x}')",
     "INSERT INTO ar (a, i) VALUES (3, '{1,2')",

@@ -1988,14 +1988,24 @@ fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: &[usize]) {
 /// The SQL type DataFusion plans an array of `elem` as (`uuid[]` is `varchar[]`, as a uuid
 /// is its text).
 fn array_sql_type(elem: Elem) -> datafusion::sql::sqlparser::ast::DataType {
-    use datafusion::sql::sqlparser::ast::{ArrayElemTypeDef, DataType as D, ExactNumberInfo};
+    use datafusion::sql::sqlparser::ast::{
+        ArrayElemTypeDef, DataType as D, ExactNumberInfo, TimezoneInfo,
+    };
     let inner = match elem {
         Elem::BigInt => D::BigInt(None),
         Elem::Integer => D::Int(None),
         Elem::SmallInt => D::SmallInt(None),
         Elem::Boolean => D::Boolean,
-        Elem::Text | Elem::Uuid => D::Varchar(None),
+        Elem::Text | Elem::Uuid | Elem::TimeTz => D::Varchar(None),
         Elem::Date => D::Date,
+        Elem::Timestamp => D::Timestamp(None, TimezoneInfo::None),
+        Elem::TimestampTz => D::Timestamp(None, TimezoneInfo::WithTimeZone),
+        Elem::Time => D::Time(None, TimezoneInfo::None),
+        Elem::Interval => D::Interval {
+            fields: None,
+            precision: None,
+        },
+        Elem::Bytea => D::Bytea,
         Elem::Double => D::DoublePrecision,
         Elem::Real => D::Real,
         Elem::Numeric(p, s) => D::Decimal(ExactNumberInfo::PrecisionAndScale(
@@ -2024,6 +2034,26 @@ fn array_expr(text: &str, elem: Elem) -> Result<Expr> {
                 Some(t) if elem == Elem::Uuid => {
                     SqlValue::SingleQuotedString(crate::types::canonical_uuid(&t)?)
                 }
+                // Elements whose PostgreSQL text a DataFusion cast does not read go in as
+                // the value itself: bytea as a hex literal, an interval in DataFusion's
+                // syntax, a time with time zone canonical.
+                Some(t) if elem == Elem::Bytea => SqlValue::HexStringLiteral(
+                    crate::types::parse_bytea(&t)
+                        .map_err(|m| SqlError::new(crate::types::bytea_error_code(&t), m))?
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect(),
+                ),
+                Some(t) if elem == Elem::Interval => SqlValue::SingleQuotedString(
+                    crate::temporal::Interval::parse(&t)
+                        .map_err(|m| SqlError::new(state::INVALID_DATETIME, m))?
+                        .to_datafusion_text(),
+                ),
+                Some(t) if elem == Elem::TimeTz => SqlValue::SingleQuotedString(
+                    crate::temporal::TimeTz::parse(&t)
+                        .map_err(|m| SqlError::new(state::INVALID_DATETIME, m))?
+                        .to_pg_text(),
+                ),
                 Some(t) => SqlValue::SingleQuotedString(t),
             }
             .into(),

@@ -103,6 +103,18 @@ pub enum Elem {
     Uuid,
     /// `date[]`
     Date,
+    /// `timestamp[]`
+    Timestamp,
+    /// `timestamp with time zone[]`
+    TimestampTz,
+    /// `time[]`
+    Time,
+    /// `time with time zone[]`
+    TimeTz,
+    /// `interval[]`
+    Interval,
+    /// `bytea[]`
+    Bytea,
     /// `double precision[]`
     Double,
     /// `real[]`
@@ -122,6 +134,12 @@ impl Elem {
             Elem::Text => SqlType::Text,
             Elem::Uuid => SqlType::Uuid,
             Elem::Date => SqlType::Date,
+            Elem::Timestamp => SqlType::Timestamp,
+            Elem::TimestampTz => SqlType::TimestampTz,
+            Elem::Time => SqlType::Time,
+            Elem::TimeTz => SqlType::TimeTz,
+            Elem::Interval => SqlType::Interval,
+            Elem::Bytea => SqlType::Bytea,
             Elem::Double => SqlType::Double,
             Elem::Real => SqlType::Real,
             Elem::Numeric(p, s) => SqlType::Numeric(p, s),
@@ -138,10 +156,16 @@ impl Elem {
             SqlType::Text => Elem::Text,
             SqlType::Uuid => Elem::Uuid,
             SqlType::Date => Elem::Date,
+            SqlType::Timestamp => Elem::Timestamp,
+            SqlType::TimestampTz => Elem::TimestampTz,
+            SqlType::Time => Elem::Time,
+            SqlType::TimeTz => Elem::TimeTz,
+            SqlType::Interval => Elem::Interval,
+            SqlType::Bytea => Elem::Bytea,
             SqlType::Double => Elem::Double,
             SqlType::Real => Elem::Real,
             SqlType::Numeric(p, s) => Elem::Numeric(p, s),
-            _ => return None,
+            SqlType::Array(_) => return None,
         })
     }
 }
@@ -166,10 +190,9 @@ impl SqlType {
             let scalar = SqlType::parse(&inner)?;
             return Elem::of(scalar).map(SqlType::Array).ok_or_else(|| {
                 SqlError::unsupported(format!(
-                    "type {declared:?}: arrays of {} are not supported by RockLake's SQL layer \
-                     (supported elements: bigint, integer, smallint, boolean, varchar/text, \
-                     uuid, date, double precision, real, numeric)",
-                    scalar.pg_name()
+                    "type {declared:?}: arrays of arrays are not supported by RockLake's SQL \
+                     layer (an array column is one-dimensional: {}[])",
+                    scalar.pg_name().trim_end_matches("[]")
                 ))
             });
         }
@@ -516,7 +539,7 @@ impl SqlType {
                             None => b.append_null(),
                             Some(s) => b.append_value(parse_bytea(s).map_err(|m| {
                                 SqlError::new(
-                                    state::INVALID_TEXT,
+                                    bytea_error_code(s),
                                     format!("invalid input syntax for type bytea (column \"{column}\"): {m}"),
                                 )
                             })?),
@@ -763,6 +786,19 @@ pub fn check_elements(items: &[Option<String>], elem: Elem) -> Result<()> {
             if integer && t.trim().parse::<i128>().is_ok() {
                 e.code = state::OUT_OF_RANGE;
             }
+            // A date or time that does not parse is PostgreSQL's 22007.
+            let temporal = matches!(
+                scalar,
+                SqlType::Date
+                    | SqlType::Timestamp
+                    | SqlType::TimestampTz
+                    | SqlType::Time
+                    | SqlType::TimeTz
+                    | SqlType::Interval
+            );
+            if temporal && e.code == state::INVALID_TEXT {
+                e.code = state::INVALID_DATETIME;
+            }
             let message = if e.code == state::OUT_OF_RANGE {
                 format!(
                     "value \"{t}\" is out of range for type {}",
@@ -786,10 +822,25 @@ fn array_text(items: &dyn Array, elem: Elem) -> Result<String> {
     for i in 0..items.len() {
         parts.push(match pg_text(items, i) {
             Some(t) if elem == Elem::Uuid => Some(canonical_uuid(&t)?),
+            Some(t) if elem == Elem::TimeTz => Some(
+                TimeTz::parse(&t)
+                    .map_err(|m| SqlError::new(state::INVALID_DATETIME, m))?
+                    .to_pg_text(),
+            ),
             other => other,
         });
     }
     Ok(array_literal(&parts))
+}
+
+/// The SQLSTATE of bytea input that does not parse: bad hex is `22023`, a bad escape `22P02`,
+/// as in PostgreSQL.
+pub fn bytea_error_code(s: &str) -> &'static str {
+    if s.starts_with("\\x") || s.starts_with("\\X") {
+        "22023"
+    } else {
+        state::INVALID_TEXT
+    }
 }
 
 /// PostgreSQL's bytea input: `\x` followed by hex digit pairs, or the escape form, where
@@ -1118,9 +1169,9 @@ mod tests {
             SqlType::parse("NUMERIC(10, 2)[]").unwrap(),
             SqlType::Array(Elem::Numeric(10, 2))
         );
-        let e = SqlType::parse("INTERVAL[]").unwrap_err();
+        let e = SqlType::parse("_int4[]").unwrap_err();
         assert_eq!(e.code, state::NOT_SUPPORTED);
-        assert!(e.message.contains("arrays of interval"), "{e}");
+        assert!(e.message.contains("arrays of arrays"), "{e}");
     }
 
     #[test]
@@ -1167,6 +1218,18 @@ mod tests {
             (Elem::Text, r#"{"a b",c,""}"#),
             (Elem::Uuid, "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}"),
             (Elem::Date, "{2024-01-02}"),
+            (
+                Elem::Timestamp,
+                r#"{"1999-12-31 23:59:59.5","2000-01-01 00:00:00"}"#,
+            ),
+            (Elem::TimestampTz, r#"{"2026-11-29 23:21:17.336452+00"}"#),
+            (Elem::Time, "{12:34:56.789,00:00:00}"),
+            (Elem::TimeTz, "{12:34:56.789+02,00:00:00-05:30}"),
+            (
+                Elem::Interval,
+                r#"{"1 year 2 mons 3 days 04:05:06.7","-1 days +02:00:00"}"#,
+            ),
+            (Elem::Bytea, r#"{"\\xdeadbeef","\\x"}"#),
             (Elem::Double, "{1.5,Infinity,NaN,-0.25,1e+20}"),
             (Elem::Real, "{0.1}"),
             (Elem::Numeric(10, 2), "{1.50,-2.00}"),
