@@ -651,31 +651,10 @@ impl Session {
                 self.ensure_txn().await?;
                 self.ddl(stmt).await
             }
-            Statement::Copy {
-                source: CopySource::Query(q),
-                to: true,
-                target: CopyTarget::Stdout,
-                options,
-                legacy_options,
-                ..
-            } => {
-                let format = copy_format(&options, &legacy_options)?;
-                self.ensure_txn().await?;
-                let (schema, batches) = self.query(*q).await?;
-                Ok(Output::CopyOut {
-                    schema,
-                    batches,
-                    format,
-                })
-            }
             // `COPY table [(columns)] TO STDOUT` is the query of those columns, rows in the
             // table's own order, as in PostgreSQL.
             Statement::Copy {
-                source:
-                    CopySource::Table {
-                        table_name,
-                        columns,
-                    },
+                source,
                 to: true,
                 target: CopyTarget::Stdout,
                 options,
@@ -684,23 +663,31 @@ impl Session {
             } => {
                 let format = copy_format(&options, &legacy_options)?;
                 self.ensure_txn().await?;
-                self.table(&table_name)?;
-                let list = if columns.is_empty() {
-                    "*".to_string()
-                } else {
-                    columns
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                let sql = format!("SELECT {list} FROM {table_name}");
-                let q = match Parser::parse_sql(&PostgreSqlDialect {}, &sql)
-                    .map_err(|e| SqlError::new(state::SYNTAX_ERROR, e.to_string()))?
-                    .pop()
-                {
-                    Some(Statement::Query(q)) => q,
-                    _ => return Err(SqlError::internal(format!("{sql} is not a query"))),
+                let q = match source {
+                    CopySource::Query(q) => q,
+                    CopySource::Table {
+                        table_name,
+                        columns,
+                    } => {
+                        self.table(&table_name)?;
+                        let list = if columns.is_empty() {
+                            "*".to_string()
+                        } else {
+                            columns
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        };
+                        let sql = format!("SELECT {list} FROM {table_name}");
+                        match Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+                            .map_err(|e| SqlError::new(state::SYNTAX_ERROR, e.to_string()))?
+                            .pop()
+                        {
+                            Some(Statement::Query(q)) => q,
+                            _ => return Err(SqlError::internal(format!("{sql} is not a query"))),
+                        }
+                    }
                 };
                 let (schema, batches) = self.query(*q).await?;
                 Ok(Output::CopyOut {
