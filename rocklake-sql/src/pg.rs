@@ -103,10 +103,10 @@ pub const PG_TYPES: &[PgType] = &[
 /// The element type of array type `name` (`_int4` → `int4`).
 pub fn pg_array_elem(name: &str) -> Option<PgType> {
     let elem = pg_type(name)?.elem;
-    PG_TYPES
-        .iter()
-        .copied()
-        .find(|t| t.oid == elem && elem != 0)
+    if elem == 0 {
+        return None;
+    }
+    PG_TYPES.iter().copied().find(|t| t.oid == elem)
 }
 
 /// The type named `name`.

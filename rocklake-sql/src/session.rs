@@ -2076,22 +2076,20 @@ fn rewrite_casts(stmt: &mut Statement) -> Result<()> {
             expr, data_type, ..
         } = e
         {
-            if let (Expr::Value(v), Ok(SqlType::Array(elem))) =
-                (expr.as_ref(), SqlType::parse(&data_type.to_string()))
-            {
-                if let SqlValue::SingleQuotedString(text) = &v.value {
-                    match array_expr(text, elem) {
-                        Ok(a) => *e = a,
-                        Err(err) => {
-                            failed = Some(err);
-                            return ControlFlow::Break(());
-                        }
-                    }
-                    return ControlFlow::Continue(());
-                }
-            }
-            // Any other value cast to an array type: the type as DataFusion names it.
             if let Ok(SqlType::Array(elem)) = SqlType::parse(&data_type.to_string()) {
+                if let Expr::Value(v) = expr.as_ref() {
+                    if let SqlValue::SingleQuotedString(text) = &v.value {
+                        match array_expr(text, elem) {
+                            Ok(a) => *e = a,
+                            Err(err) => {
+                                failed = Some(err);
+                                return ControlFlow::Break(());
+                            }
+                        }
+                        return ControlFlow::Continue(());
+                    }
+                }
+                // Any other value cast to an array type: the type as DataFusion names it.
                 *data_type = array_sql_type(elem);
                 return ControlFlow::Continue(());
             }

@@ -754,7 +754,7 @@ fn list_from_texts<'a>(
             )
         })?);
     }
-    let strings: ArrayRef = Arc::new(StringArray::from(items.clone()));
+    let strings: ArrayRef = Arc::new(StringArray::from_iter(items.iter().map(Option::as_deref)));
     let values =
         elem.scalar()
             .coerce(&strings, column)
