@@ -43,6 +43,18 @@ pub fn render_markdown(rows: &[Measurement]) -> String {
                 .unwrap_or_else(|| "–".into()),
         ));
     }
+    let split: Vec<&Measurement> = rows.iter().filter(|r| r.phases.is_some()).collect();
+    if !split.is_empty() {
+        s.push_str("\nWhere one operation's time goes in the SQL layer (mean per operation over the samples):\n\n| workload | engine | phases |\n|---|---|---|\n");
+        for r in split {
+            s.push_str(&format!(
+                "| {} | {} | {} |\n",
+                r.workload,
+                r.engine,
+                r.phases.as_deref().unwrap_or_default()
+            ));
+        }
+    }
     s
 }
 

@@ -36,6 +36,12 @@ UPDATE ducklake_table_stats SET record_count = record_count + 1000, file_size_by
     )
 }
 
+const POINT: &str = "a primary-key point read through SQL (one data file by id)";
+
+fn point_query(file: i64) -> String {
+    format!("SELECT path, record_count FROM ducklake_data_file WHERE data_file_id = {file}")
+}
+
 fn files_query(table: i64, at: i64) -> String {
     format!(
         "SELECT data_file_id, path, record_count, file_size_bytes FROM ducklake_data_file \
@@ -104,6 +110,8 @@ pub async fn rocklake(
         s.run(&t).await.map_err(sql_err("preload"))?;
     }
     let s = Arc::new(tokio::sync::Mutex::new(s));
+    let phases = |s: &Session| s.phases();
+    let before = phases(&*s.lock().await);
     let commit = sample(budget, |i| {
         let s = s.clone();
         async move {
@@ -116,6 +124,8 @@ pub async fn rocklake(
         }
     })
     .await?;
+    let commit_phases = split(&*s.lock().await, &before, &commit);
+    let before = phases(&*s.lock().await);
     let read = sample(budget, |i| {
         let s = s.clone();
         async move {
@@ -129,11 +139,38 @@ pub async fn rocklake(
         }
     })
     .await?;
+    let read_phases = split(&*s.lock().await, &before, &read);
+    let before = phases(&*s.lock().await);
+    let point = sample(budget, |i| {
+        let s = s.clone();
+        async move {
+            let mut s = s.lock().await;
+            let out = s
+                .run(&point_query(i as i64 % files))
+                .await
+                .map_err(sql_err("point read"))?;
+            std::hint::black_box(out.row_count());
+            Ok(())
+        }
+    })
+    .await?;
+    let point_phases = split(&*s.lock().await, &before, &point);
     db.close().await.map_err(sql_err("close"))?;
+    let with = |mut m: Measurement, p: String| {
+        m.phases = Some(p);
+        m
+    };
     Ok(vec![
-        row(COMMIT, subject, "durable", &commit),
-        row(&reads_name(files), subject, "n/a", &read),
+        with(row(COMMIT, subject, "durable", &commit), commit_phases),
+        with(row(&reads_name(files), subject, "n/a", &read), read_phases),
+        with(row(POINT, subject, "n/a", &point), point_phases),
     ])
+}
+
+/// The phase split of one operation: what the session spent since `before`, over the
+/// samples and the warm-up call.
+fn split(s: &Session, before: &rocklake_sql::PhaseSnapshot, stats: &Stats) -> String {
+    s.phases().since(before).render(stats.ns.len() as u64 + 1)
 }
 
 fn reads_name(files: i64) -> String {
@@ -179,9 +216,21 @@ pub async fn sqlite(dir: &std::path::Path, budget: Budget, files: i64) -> Result
         }
     })
     .await?;
+    let point = sample(budget, |i| {
+        let conn = conn.clone();
+        async move {
+            let c = conn.lock().unwrap_or_else(|e| e.into_inner());
+            let mut stmt = c.prepare(&point_query(i as i64 % files)).map_err(err)?;
+            let n = stmt.query_map([], |_| Ok(())).map_err(err)?.count();
+            std::hint::black_box(n);
+            Ok(())
+        }
+    })
+    .await?;
     Ok(vec![
         row(COMMIT, "sqlite", "durable (synchronous=FULL)", &commit),
         row(&reads_name(files), "sqlite", "n/a", &read),
+        row(POINT, "sqlite", "n/a", &point),
     ])
 }
 
@@ -252,6 +301,18 @@ pub async fn postgres(budget: Budget, files: i64) -> Result<Option<Vec<Measureme
         }
     })
     .await?;
+    let point = sample(budget, |i| {
+        let c = c.clone();
+        async move {
+            let rows = c
+                .simple_query(&point_query(i as i64 % files))
+                .await
+                .map_err(err)?;
+            std::hint::black_box(rows.len());
+            Ok(())
+        }
+    })
+    .await?;
     drop(c);
     let _ = admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -264,5 +325,6 @@ pub async fn postgres(budget: Budget, files: i64) -> Result<Option<Vec<Measureme
             &commit,
         ),
         row(&reads_name(files), "postgresql", "n/a", &read),
+        row(POINT, "postgresql", "n/a", &point),
     ]))
 }

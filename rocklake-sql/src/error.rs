@@ -122,6 +122,12 @@ impl From<CoreError> for SqlError {
     }
 }
 
+impl From<datafusion::arrow::error::ArrowError> for SqlError {
+    fn from(e: datafusion::arrow::error::ArrowError) -> SqlError {
+        datafusion::error::DataFusionError::ArrowError(Box::new(e), None).into()
+    }
+}
+
 impl From<datafusion::error::DataFusionError> for SqlError {
     fn from(e: datafusion::error::DataFusionError) -> SqlError {
         use datafusion::error::DataFusionError as D;

@@ -25,8 +25,10 @@
 
 pub mod catalog;
 pub mod db;
+pub mod direct;
 pub mod error;
 pub mod pg;
+pub mod phases;
 pub mod provider;
 pub mod relation;
 pub mod session;
@@ -36,5 +38,7 @@ pub mod types;
 
 pub use datafusion;
 pub use db::Database;
+pub use direct::DirectMode;
 pub use error::{Result, SqlError};
+pub use phases::{Phase, PhaseSnapshot};
 pub use session::{Clock, CopyFormat, Output, Session, Status};

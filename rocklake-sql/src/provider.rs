@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
-use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use rocklake_core::values::Value;
@@ -21,6 +21,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use crate::catalog::Catalog;
 use crate::error::{to_df, SqlError};
 use crate::pg::{pg_catalog_table, PgCatalogSchema, PG_CATALOG_TABLES};
+use crate::phases::{Phase, PhaseTimes};
 use crate::relation::RelDef;
 use crate::txn::Txn;
 
@@ -45,6 +46,10 @@ pub struct Shared {
     /// What `pg_database_size()` answers in the statement being run (the store's bytes of
     /// keys and values, counted before the statement when it calls the function).
     pub database_size: AtomicI64,
+    /// Where the session's statement time went.
+    pub phases: PhaseTimes,
+    /// Statements (or VALUES lists) run on the direct path.
+    pub direct_runs: AtomicU64,
 }
 
 impl Shared {
@@ -183,6 +188,7 @@ impl TableProvider for RockTable {
         filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let started = std::time::Instant::now();
         let ranges = self.rel.ranges_for(filters);
         let rows = {
             let guard = self.shared.txn.lock().await;
@@ -201,32 +207,9 @@ impl TableProvider for RockTable {
         self.shared
             .pairs_read
             .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        for (i, c) in self.rel.columns.iter().enumerate() {
-            let cells: Vec<&Value> = rows.iter().map(|r| &r.cells[i]).collect();
-            let what = || format!("{}.{}", self.rel.qualified(), c.name);
-            columns.push(c.ty.to_array(&cells, &what).map_err(to_df)?);
-        }
-        if self.ctid {
-            let mut b = StringBuilder::with_capacity(rows.len(), rows.len() * 8);
-            for r in &rows {
-                b.append_value(RelDef::ctid_text(r.tuple.unwrap_or(0)));
-            }
-            columns.push(Arc::new(b.finish()));
-        }
-        if self.key {
-            let mut b = BinaryBuilder::with_capacity(rows.len(), rows.len() * 25);
-            for r in &rows {
-                b.append_value(&r.key);
-            }
-            columns.push(Arc::new(b.finish()));
-        }
-        let batch = RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
-        )
-        .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))?;
+        let batch =
+            rows_batch(&self.rel, &self.schema, &rows, self.ctid, self.key).map_err(to_df)?;
+        self.shared.phases.since(Phase::Storage, started);
         let exec = MemorySourceConfig::try_new_exec(
             &[vec![batch]],
             self.schema.clone(),
@@ -234,4 +217,41 @@ impl TableProvider for RockTable {
         )?;
         Ok(exec)
     }
+}
+
+/// Stored rows of `rel` as one batch of `schema` (the table's columns, then `ctid` and the
+/// storage key when asked for).
+pub fn rows_batch(
+    rel: &RelDef,
+    schema: &SchemaRef,
+    rows: &[crate::relation::StoredRow],
+    ctid: bool,
+    key: bool,
+) -> crate::error::Result<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for (i, c) in rel.columns.iter().enumerate() {
+        let cells: Vec<&Value> = rows.iter().map(|r| &r.cells[i]).collect();
+        let what = || format!("{}.{}", rel.qualified(), c.name);
+        columns.push(c.ty.to_array(&cells, &what)?);
+    }
+    if ctid {
+        let mut b = StringBuilder::with_capacity(rows.len(), rows.len() * 8);
+        for r in rows {
+            b.append_value(RelDef::ctid_text(r.tuple.unwrap_or(0)));
+        }
+        columns.push(Arc::new(b.finish()));
+    }
+    if key {
+        let mut b = BinaryBuilder::with_capacity(rows.len(), rows.len() * 25);
+        for r in rows {
+            b.append_value(&r.key);
+        }
+        columns.push(Arc::new(b.finish()));
+    }
+    RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+    )
+    .map_err(|e| SqlError::internal(format!("building a batch of {}: {e}", rel.qualified())))
 }

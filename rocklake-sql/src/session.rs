@@ -16,13 +16,16 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef, TimeUnit};
 use datafusion::common::ScalarValue;
-use datafusion::execution::context::{SessionConfig, SessionContext};
+use datafusion::execution::context::{SessionConfig, SessionContext, SessionState};
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::physical_plan::collect;
+use datafusion::sql::planner::NullOrdering;
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, AssignmentTarget, CopyLegacyOption, CopyOption,
     CopySource, CopyTarget, Expr, FromTable, ObjectName, ObjectType, Query, SchemaName, SetExpr,
@@ -37,7 +40,9 @@ use rocklake_core::values::Value;
 
 use crate::catalog::{fold, rel_from_create, split_name};
 use crate::db::{definition_row, Database};
+use crate::direct::{self, DirectMode};
 use crate::error::{state, Result, SqlError};
+use crate::phases::{Phase, PhaseSnapshot};
 use crate::provider::{RockCatalog, Shared};
 use crate::relation::{RelDef, StoredRow, KEY_COLUMN};
 use crate::txn::Txn;
@@ -120,6 +125,15 @@ pub struct Session {
     copy: Option<(Arc<RelDef>, Vec<usize>, bool)>,
     /// Temporary tables `ON COMMIT DROP` of the open transaction.
     temp_tables: Vec<(String, String)>,
+    /// Whether statements of the direct path's shapes take it.
+    direct: DirectMode,
+    /// DataFusion's state as the direct path uses it: name-free expression planning and
+    /// evaluation, so one copy serves every statement (only functions that do not read the
+    /// statement's start time take that path).
+    direct_state: Arc<SessionState>,
+    /// `ORDER BY`'s default null ordering (DataFusion's setting, as PostgreSQL's: NULLs are
+    /// largest).
+    nulls: NullOrdering,
 }
 
 /// Where a session reads the time from (µs since 1970).
@@ -173,6 +187,14 @@ impl Session {
             }),
         );
         let ks = db.clone();
+        let direct_state = Arc::new(ctx.state());
+        let nulls = NullOrdering::from(
+            direct_state
+                .config_options()
+                .sql_parser
+                .default_null_ordering
+                .as_str(),
+        );
         Session {
             db,
             shared,
@@ -181,7 +203,16 @@ impl Session {
             clock: Arc::new(move || ks.keyspace().now_micros()),
             copy: None,
             temp_tables: Vec::new(),
+            direct: DirectMode::from_env(),
+            direct_state,
+            nulls,
         }
+    }
+
+    /// Choose whether statements of the direct path's shapes take it (see
+    /// [`crate::direct`]).
+    pub fn set_direct_mode(&mut self, mode: DirectMode) {
+        self.direct = mode;
     }
 
     /// Read the time from `clock` (tests and replays that need `now()` to be a given time).
@@ -391,7 +422,10 @@ impl Session {
     }
 
     async fn run_statements(&mut self, sql: &str, params: &[Expr]) -> Vec<Result<Output>> {
-        let statements = match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+        let parsing = Instant::now();
+        let parsed = Parser::parse_sql(&PostgreSqlDialect {}, sql);
+        self.shared.phases.since(Phase::Parse, parsing);
+        let statements = match parsed {
             Ok(s) => s,
             Err(e) => {
                 return vec![Err(SqlError::new(state::SYNTAX_ERROR, e.to_string()))];
@@ -407,10 +441,13 @@ impl Session {
                 )));
                 return out;
             }
+            let before = self.shared.phases.snapshot();
+            let started = Instant::now();
             let r = match bind_parameters(&mut stmt, params) {
                 Ok(()) => self.statement(stmt).await,
                 Err(e) => Err(e),
             };
+            self.account_statement(&before, started);
             match r {
                 Ok(o @ Output::CopyIn { .. }) => {
                     if let Some(c) = self.copy.as_mut() {
@@ -490,6 +527,31 @@ impl Session {
         }
     }
 
+    /// What the statement that began at `started` spent outside the phases it timed itself
+    /// goes to [`Phase::Execute`].
+    fn account_statement(&self, before: &PhaseSnapshot, started: Instant) {
+        let total = started.elapsed().as_nanos() as u64;
+        let d = self.shared.phases.snapshot().since(before);
+        let timed: u64 = [Phase::Plan, Phase::Optimize, Phase::Storage, Phase::Commit]
+            .iter()
+            .map(|p| d.get(*p))
+            .sum();
+        self.shared
+            .phases
+            .add(Phase::Execute, total.saturating_sub(timed));
+        self.shared.phases.statement();
+    }
+
+    /// How many statements (or an INSERT's VALUES) this session ran on the direct path.
+    pub fn direct_runs(&self) -> u64 {
+        self.shared.direct_runs.load(Ordering::Relaxed)
+    }
+
+    /// Where this session's statement time has gone so far.
+    pub fn phases(&self) -> PhaseSnapshot {
+        self.shared.phases.snapshot()
+    }
+
     /// Give up a waiting `COPY ... FROM STDIN` (the client sent CopyFail): nothing of it lands,
     /// and a block it ran in is aborted, as in PostgreSQL.
     pub async fn copy_fail(&mut self, why: &str) -> SqlError {
@@ -552,10 +614,12 @@ impl Session {
                 }
             }
         }
+        let committing = Instant::now();
         let r = match txn {
             Some(t) => t.commit().await,
             None => Ok(()),
         };
+        self.shared.phases.since(Phase::Commit, committing);
         *self
             .shared
             .catalog
@@ -736,15 +800,93 @@ impl Session {
         }
     }
 
-    /// Plan and run a query through DataFusion.
+    /// Plan and run a query: a single-table read on the direct path, anything else through
+    /// DataFusion.
     async fn query(&self, mut q: Query) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let ctid = mentions_ctid(&q);
         strip_collate(&mut q);
         let names = pg_column_names(&q);
+        if !ctid && self.direct != DirectMode::Off {
+            if let Some(out) = self.direct_select(&q).await {
+                if self.direct == DirectMode::Check {
+                    let general = self
+                        .plan_and_collect(Statement::Query(Box::new(q)), false, false)
+                        .await?;
+                    same_answer("a SELECT", &out, &general, true)?;
+                }
+                return rename_columns(out.0, out.1, &names);
+            }
+        }
         let (schema, batches) = self
             .plan_and_collect(Statement::Query(Box::new(q)), ctid, false)
             .await?;
         rename_columns(schema, batches, &names)
+    }
+
+    /// `q` on the direct path, when it is of its shape and it can finish it.
+    async fn direct_select(&self, q: &Query) -> Option<(SchemaRef, Vec<RecordBatch>)> {
+        let planning = Instant::now();
+        let catalog = self.shared.current_catalog();
+        let plan = direct::select_shape(q, &catalog, self.nulls);
+        self.shared.phases.since(Phase::Plan, planning);
+        let plan = plan?;
+        let guard = self.shared.txn.lock().await;
+        let txn = guard.as_ref()?;
+        let (out, read) = direct::select(&self.direct_state, txn, &plan, &self.shared.phases)
+            .await
+            .ok()??;
+        self.shared
+            .pairs_read
+            .fetch_add(read as u64, Ordering::Relaxed);
+        self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
+        Some(out)
+    }
+
+    /// The batch a direct UPDATE or DELETE changes: the storage key of every row it names,
+    /// then each SET value (the shape [`Session::select_targets`] answers); `None` when the
+    /// statement is not of the direct path's shapes or the path cannot finish it.
+    async fn direct_targets(
+        &self,
+        target: &direct::Target,
+        selection: Option<&Expr>,
+        set: &[&Expr],
+    ) -> Option<RecordBatch> {
+        let guard = self.shared.txn.lock().await;
+        let txn = guard.as_ref()?;
+        let (m, read) = direct::matching(
+            &self.direct_state,
+            txn,
+            target,
+            selection,
+            &self.shared.phases,
+        )
+        .await
+        .ok()??;
+        drop(guard);
+        self.shared
+            .pairs_read
+            .fetch_add(read as u64, Ordering::Relaxed);
+        let values = direct::evaluate(&self.direct_state, &m, set).ok()??;
+        self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
+        let keys: ArrayRef = Arc::new(BinaryArray::from_iter_values(
+            m.rows.iter().map(|r| r.key.as_ref()),
+        ));
+        let mut fields = vec![Field::new(KEY_COLUMN, DataType::Binary, false)];
+        let mut columns = vec![keys];
+        for (i, v) in values.into_iter().enumerate() {
+            fields.push(Field::new(
+                format!("__rocklake_set_{i}"),
+                v.data_type().clone(),
+                true,
+            ));
+            columns.push(v);
+        }
+        RecordBatch::try_new_with_options(
+            Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
+            columns,
+            &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(m.rows.len())),
+        )
+        .ok()
     }
 
     async fn plan_and_collect(
@@ -753,22 +895,80 @@ impl Session {
         ctid: bool,
         key: bool,
     ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        // One copy of DataFusion's session state serves planning and execution (each
+        // `SessionContext::state()` clones every function registry).
+        let state = self.ctx.state();
+        let phases = &self.shared.phases;
         self.shared.expose_ctid.store(ctid, Ordering::Release);
         self.shared.expose_key.store(key, Ordering::Release);
-        let planned = self
-            .ctx
-            .state()
+        let planning = Instant::now();
+        let planned = state
             .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
                 stmt,
             )))
             .await;
+        phases.since(Phase::Plan, planning);
         self.shared.expose_ctid.store(false, Ordering::Release);
         self.shared.expose_key.store(false, Ordering::Release);
         let plan = planned?;
-        let df = self.ctx.execute_logical_plan(plan).await?;
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await?;
+        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let optimizing = Instant::now();
+        let storage_before = phases.snapshot().get(Phase::Storage);
+        let physical = state.create_physical_plan(&plan).await;
+        let storage = phases.snapshot().get(Phase::Storage) - storage_before;
+        phases.add(
+            Phase::Optimize,
+            (optimizing.elapsed().as_nanos() as u64).saturating_sub(storage),
+        );
+        let batches = collect(physical?, state.task_ctx()).await?;
         Ok((schema, batches))
+    }
+
+    /// The rows an UPDATE or DELETE changes: the direct path's batch when it has one (checked
+    /// against DataFusion's in [`DirectMode::Check`]), else DataFusion's answer to `sql`.
+    async fn targets_or_general(
+        &self,
+        direct: Option<RecordBatch>,
+        sql: &str,
+        ctid: bool,
+        what: &str,
+    ) -> Result<Vec<RecordBatch>> {
+        match direct {
+            Some(b) => {
+                if self.direct == DirectMode::Check {
+                    let general = self.select_targets(sql, ctid).await?;
+                    same_rows(what, std::slice::from_ref(&b), &general)?;
+                }
+                Ok(vec![b])
+            }
+            None => self.select_targets(sql, ctid).await,
+        }
+    }
+
+    /// The rows of an `INSERT ... VALUES` on the direct path, when it can evaluate them.
+    fn direct_values(&self, source: &Query) -> Option<RecordBatch> {
+        if source.with.is_some()
+            || source.order_by.is_some()
+            || source.limit_clause.is_some()
+            || source.fetch.is_some()
+            || !source.locks.is_empty()
+            || source.for_clause.is_some()
+            || source.settings.is_some()
+            || source.format_clause.is_some()
+            || !source.pipe_operators.is_empty()
+        {
+            return None;
+        }
+        let SetExpr::Values(values) = source.body.as_ref() else {
+            return None;
+        };
+        let planning = Instant::now();
+        let out = direct::values(&self.direct_state, values).ok()?;
+        self.shared.phases.since(Phase::Plan, planning);
+        if out.is_some() {
+            self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
+        }
+        out
     }
 
     /// Plan a SELECT built from parts of an UPDATE or DELETE (displayed back to SQL by the
@@ -833,7 +1033,20 @@ impl Session {
             return Err(SqlError::unsupported("INSERT ... DEFAULT VALUES"));
         };
         cast_values_to_targets(&mut source, &rel, &targets);
-        let (_, batches) = self.query(*source).await?;
+        let direct = match self.direct {
+            DirectMode::Off => None,
+            _ => self.direct_values(&source),
+        };
+        let batches = match direct {
+            Some(b) => {
+                if self.direct == DirectMode::Check {
+                    let (_, general) = self.query(*source).await?;
+                    same_rows("an INSERT's VALUES", std::slice::from_ref(&b), &general)?;
+                }
+                vec![b]
+            }
+            None => self.query(*source).await?.1,
+        };
         let mut n = 0usize;
         let mut rows: Vec<Vec<Value>> = Vec::new();
         for b in &batches {
@@ -914,7 +1127,22 @@ impl Session {
             sql.push_str(&format!(" WHERE {sel}"));
         }
         let ctid = mentions_ctid_stmt(stmt);
-        let batches = self.select_targets(&sql, ctid).await?;
+        let shape = match self.direct {
+            DirectMode::Off => None,
+            _ if ctid || !with.is_empty() => None,
+            _ => direct::update_shape(u, &self.shared.current_catalog()),
+        };
+        let direct = match shape {
+            Some(shape) => {
+                let set: Vec<&Expr> = shape.assignments.iter().map(|(_, e)| *e).collect();
+                self.direct_targets(&shape.target, shape.selection, &set)
+                    .await
+            }
+            None => None,
+        };
+        let batches = self
+            .targets_or_general(direct, &sql, ctid, "an UPDATE")
+            .await?;
         let mut changes: Vec<(Bytes, Vec<(usize, Value)>)> = Vec::new();
         let mut seen = HashSet::new();
         for b in &batches {
@@ -982,7 +1210,18 @@ impl Session {
             sql.push_str(&format!(" WHERE {sel}"));
         }
         let ctid = mentions_ctid_stmt(stmt);
-        let batches = self.select_targets(&sql, ctid).await?;
+        let shape = match self.direct {
+            DirectMode::Off => None,
+            _ if ctid || !with.is_empty() => None,
+            _ => direct::delete_shape(d, &self.shared.current_catalog()),
+        };
+        let direct = match shape {
+            Some((target, selection)) => self.direct_targets(&target, selection, &[]).await,
+            None => None,
+        };
+        let batches = self
+            .targets_or_general(direct, &sql, ctid, "a DELETE")
+            .await?;
         let mut keys = Vec::new();
         let mut seen = HashSet::new();
         for b in &batches {
@@ -1276,7 +1515,67 @@ fn target_of(f: &TableFactor) -> Result<(ObjectName, String)> {
 /// Drop `COLLATE` (byte order is how DataFusion compares strings anyway) and casts to `tid`
 /// (a `ctid` is its text form here, `(0,1)`, and compares as text).
 fn strip_collate(q: &mut Query) {
-    let _ = visit_expressions_mut(q, |e| {
+    let _ = visit_expressions_mut(q, strip_one);
+}
+
+/// [`strip_collate`] of one expression (the direct path's WHERE and values).
+pub(crate) fn strip_collate_expr(e: &mut Expr) {
+    let _ = visit_expressions_mut(e, strip_one);
+}
+
+/// Refuse an answer of the direct path that is not DataFusion's ([`DirectMode::Check`]):
+/// the same columns (names, types, PostgreSQL types) when `schema`, and the same rows in the
+/// same order.
+fn same_answer(
+    what: &str,
+    direct: &(SchemaRef, Vec<RecordBatch>),
+    general: &(SchemaRef, Vec<RecordBatch>),
+    schema: bool,
+) -> Result<()> {
+    if schema && direct.0 != general.0 {
+        return Err(SqlError::internal(format!(
+            "the direct path's columns of {what} differ from DataFusion's: {:?} against {:?}",
+            direct.0, general.0
+        )));
+    }
+    same_rows(what, &direct.1, &general.1)
+}
+
+/// The rows of two answers, column by column (types included), in order.
+fn same_rows(what: &str, direct: &[RecordBatch], general: &[RecordBatch]) -> Result<()> {
+    let rows = |b: &[RecordBatch]| b.iter().map(|b| b.num_rows()).sum::<usize>();
+    let (nd, ng) = (rows(direct), rows(general));
+    let width = |b: &[RecordBatch]| b.first().map(|b| b.num_columns());
+    let columns = |b: &[RecordBatch], j: usize| -> Result<ArrayRef> {
+        let parts: Vec<&dyn Array> = b.iter().map(|b| b.column(j).as_ref()).collect();
+        Ok(datafusion::arrow::compute::concat(&parts)?)
+    };
+    let differ = |why: String| {
+        SqlError::internal(format!(
+            "the direct path's answer to {what} differs from DataFusion's: {why}"
+        ))
+    };
+    if nd != ng {
+        return Err(differ(format!("{nd} rows against {ng}")));
+    }
+    if nd == 0 {
+        return Ok(());
+    }
+    let (wd, wg) = (width(direct), width(general));
+    if wd != wg {
+        return Err(differ(format!("{wd:?} columns against {wg:?}")));
+    }
+    for j in 0..wd.unwrap_or(0) {
+        let (a, b) = (columns(direct, j)?, columns(general, j)?);
+        if a.as_ref() != b.as_ref() {
+            return Err(differ(format!("column {j}: {a:?} against {b:?}")));
+        }
+    }
+    Ok(())
+}
+
+fn strip_one(e: &mut Expr) -> ControlFlow<()> {
+    {
         match e {
             Expr::Collate { expr, .. } => *e = (**expr).clone(),
             Expr::Cast {
@@ -1285,7 +1584,7 @@ fn strip_collate(q: &mut Query) {
             _ => {}
         }
         ControlFlow::<()>::Continue(())
-    });
+    }
 }
 
 /// A value cast to `tid`, as the text a `ctid` compares with here (`(0,1)`). PostgreSQL's tid

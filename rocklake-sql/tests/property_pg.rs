@@ -191,6 +191,9 @@ fn random_ducklake_transactions_end_the_same_on_rocklake_and_postgresql() {
                 pg[0].batch_execute(DDL).await.unwrap();
                 let db = open(&store).await;
                 let mut ours = [Session::new(db.clone()), Session::new(db.clone())];
+                for s in &mut ours {
+                    s.set_direct_mode(rocklake_sql::DirectMode::Check);
+                }
                 ours[0].run(DDL).await.unwrap();
                 for (i, t) in plan.iter().enumerate() {
                     for sql in statements(t) {

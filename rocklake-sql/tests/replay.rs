@@ -35,6 +35,8 @@ async fn the_captured_ducklake_workload_gets_postgresql_s_answers_on_every_engin
         for m in &trace {
             let s = sessions.entry(m.conn).or_insert_with(|| {
                 let mut s = Session::new(db.clone());
+                // Every statement of the direct path's shapes is answered by both paths.
+                s.set_direct_mode(rocklake_sql::DirectMode::Check);
                 let clock = now.clone();
                 s.set_clock(Arc::new(move || clock.load(Ordering::Acquire)));
                 s
@@ -78,14 +80,17 @@ async fn the_captured_ducklake_workload_gets_postgresql_s_answers_on_every_engin
                 ));
             }
         }
+        let direct: u64 = sessions.values().map(|s| s.direct_runs()).sum();
         println!(
             "{}: {} messages ({statements} statements) replayed; {compared} messages compared, \
              {} differ; {server_only} statements read PostgreSQL's own catalog (issue 12, not \
-             compared)",
+             compared); {direct} statements on the direct path, each also answered by \
+             DataFusion and compared",
             store.name,
             trace.len(),
             mismatches.len()
         );
+        assert!(direct > 0, "no statement took the direct path");
         for m in mismatches.iter().take(25) {
             println!("  {m}");
         }

@@ -150,6 +150,8 @@ async fn rocklake_answers_the_captured_workload_as_postgresql_15_does() {
         for m in &trace {
             if let std::collections::btree_map::Entry::Vacant(e) = sessions.entry(m.conn) {
                 let mut s = Session::new(db.clone());
+                // Every statement of the direct path's shapes is answered by both paths.
+                s.set_direct_mode(rocklake_sql::DirectMode::Check);
                 let clock = now.clone();
                 s.set_clock(Arc::new(move || clock.load(Ordering::Acquire)));
                 let c = common::pg::connect(&pg_db_url).await;
@@ -215,9 +217,11 @@ async fn rocklake_answers_the_captured_workload_as_postgresql_15_does() {
                 ));
             }
         }
+        let direct: u64 = sessions.values().map(|(s, _, _)| s.direct_runs()).sum();
         println!(
             "{} vs PostgreSQL 15: {statements} statements, {result_sets} result sets and \
-             {errors} errors compared, {} messages differ",
+             {errors} errors compared, {} messages differ; {direct} statements on the direct \
+             path (each also answered by DataFusion and compared)",
             store.name,
             differ.len()
         );

@@ -1,0 +1,640 @@
+//! The direct path: the statements DuckLake sends most, run without DataFusion's planner.
+//!
+//! DuckLake reads one table at a time (`SELECT columns FROM table WHERE ... [ORDER BY ...]`),
+//! writes with `INSERT ... VALUES` and changes rows with single-table `UPDATE` and `DELETE`.
+//! Planning each of those through DataFusion (name resolution, the analyser, some thirty
+//! optimiser rules, physical planning and its rules, then the operators) cost far more than
+//! reading the rows. Here the parsed statement's shape decides (never its text): a statement
+//! of one of those shapes is run straight over the table, and everything else, or anything
+//! this path cannot plan, goes to DataFusion as before.
+//!
+//! Every expression is still DataFusion's: converted from the AST by DataFusion's own SQL
+//! planner (`create_logical_expr_from_sql_expr`), type-coerced and simplified by its
+//! `ExprSimplifier` (the analyser's coercion rules), evaluated by its physical expressions,
+//! sorted by its `sort_batch`; `VALUES` rows are unified into one type per column by its
+//! `LogicalPlanBuilder::values`. Key filters narrow the scan through the same
+//! [`RelDef::ranges_for`] the table provider uses. So an answer here is DataFusion's answer;
+//! [`DirectMode::Check`] runs both paths and refuses a statement whose answers differ, and the
+//! replay tests run in that mode.
+//!
+//! A statement the direct path cannot finish (an expression it cannot plan, an error while
+//! evaluating) falls back to DataFusion before anything is written, so errors, too, are the
+//! general path's.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::compute::{concat, filter_record_batch};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNode;
+use datafusion::common::{DFSchema, TableReference};
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::utils::split_conjunction_owned;
+use datafusion::logical_expr::{Expr as DfExpr, LogicalPlan, LogicalPlanBuilder, Volatility};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::expressions::Column as PhysicalColumn;
+use datafusion::physical_plan::sorts::sort::sort_batch;
+use datafusion::sql::sqlparser::ast::{
+    AssignmentTarget, Delete, Expr, ExprWithAlias, FromTable, GroupByExpr, Ident, ObjectName,
+    OrderByKind, Query, SelectFlavor, SelectItem, SetExpr, TableFactor, TableWithJoins, Update,
+    Values,
+};
+
+use crate::catalog::{fold, split_name, Catalog};
+use crate::error::{Result, SqlError};
+use crate::pg::PG_CATALOG_TABLES;
+use crate::phases::{Phase, PhaseTimes};
+use crate::relation::{RelDef, StoredRow};
+use crate::txn::Txn;
+
+/// Whether statements take the direct path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DirectMode {
+    /// Statements of the direct path's shapes run there (the default).
+    #[default]
+    On,
+    /// Every statement goes through DataFusion's planner (the path before the direct one; for
+    /// comparisons and benchmarks).
+    Off,
+    /// Both paths run and their answers are compared; a difference fails the statement with
+    /// an internal error naming it (for tests).
+    Check,
+}
+
+impl DirectMode {
+    /// The mode `ROCKLAKE_SQL_DIRECT` names (`off`, `check`; anything else, or nothing, is
+    /// [`DirectMode::On`]): how a server or a benchmark is switched without a rebuild.
+    pub fn from_env() -> DirectMode {
+        match std::env::var("ROCKLAKE_SQL_DIRECT").as_deref() {
+            Ok("off") => DirectMode::Off,
+            Ok("check") => DirectMode::Check,
+            _ => DirectMode::On,
+        }
+    }
+}
+
+/// The one table a statement reads, and the name its columns are qualified with.
+pub(crate) struct Target {
+    /// Its definition.
+    pub rel: Arc<RelDef>,
+    /// The alias, else the name as written.
+    qualifier: TableReference,
+}
+
+impl Target {
+    /// The table's columns as DataFusion names them.
+    fn df_schema(&self, schema: &SchemaRef) -> Result<DFSchema> {
+        Ok(DFSchema::try_from_qualified_schema(
+            self.qualifier.clone(),
+            schema,
+        )?)
+    }
+
+    /// Whether `parts` (all but the last of a compound identifier) name this table.
+    fn named_by(&self, parts: &[Ident]) -> bool {
+        let parts: Vec<String> = parts.iter().map(fold).collect();
+        match (&self.qualifier, parts.as_slice()) {
+            (q, [t]) => q.table() == t,
+            (TableReference::Partial { schema, table }, [s, t]) => {
+                schema.as_ref() == s && table.as_ref() == t
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The table of a `FROM` of exactly one plain table of the catalog's (no join, no function,
+/// no system catalog table).
+pub(crate) fn single_table(from: &[TableWithJoins], catalog: &Catalog) -> Option<Target> {
+    let [twj] = from else { return None };
+    if !twj.joins.is_empty() {
+        return None;
+    }
+    table_factor(&twj.relation, catalog)
+}
+
+fn table_factor(f: &TableFactor, catalog: &Catalog) -> Option<Target> {
+    let TableFactor::Table {
+        name,
+        alias,
+        args,
+        with_hints,
+        version,
+        with_ordinality,
+        partitions,
+        json_path,
+        sample,
+        index_hints,
+    } = f
+    else {
+        return None;
+    };
+    if args.is_some()
+        || !with_hints.is_empty()
+        || version.is_some()
+        || *with_ordinality
+        || !partitions.is_empty()
+        || json_path.is_some()
+        || sample.is_some()
+        || !index_hints.is_empty()
+        || alias.as_ref().is_some_and(|a| !a.columns.is_empty())
+    {
+        return None;
+    }
+    let rel = resolve(name, catalog)?;
+    let qualifier = match alias {
+        Some(a) => TableReference::bare(fold(&a.name)),
+        None => match name.0.len() {
+            1 => TableReference::bare(rel.name.clone()),
+            _ => TableReference::partial(rel.schema.clone(), rel.name.clone()),
+        },
+    };
+    Some(Target { rel, qualifier })
+}
+
+/// A table of the catalog's named by one or two parts (what DataFusion would resolve to the
+/// same table); system catalog names are left to DataFusion.
+fn resolve(name: &ObjectName, catalog: &Catalog) -> Option<Arc<RelDef>> {
+    if name.0.len() > 2 {
+        return None;
+    }
+    let (schema, table) = split_name(name).ok()?;
+    if PG_CATALOG_TABLES.contains(&table.as_str())
+        || schema == "pg_catalog"
+        || schema == "information_schema"
+    {
+        return None;
+    }
+    catalog.tables.get(&(schema, table)).cloned()
+}
+
+/// A column of the target named by `e` (a bare or qualified identifier).
+fn column_of(e: &Expr, target: &Target) -> Option<usize> {
+    let name = match e {
+        Expr::Identifier(i) => fold(i),
+        Expr::CompoundIdentifier(parts) => {
+            let (last, quals) = parts.split_last()?;
+            if !target.named_by(quals) {
+                return None;
+            }
+            fold(last)
+        }
+        Expr::Nested(inner) => return column_of(inner, target),
+        _ => return None,
+    };
+    target.rel.column_index(&name).ok()
+}
+
+/// `SELECT columns FROM table [WHERE ...] [ORDER BY columns]`, as the direct path runs it.
+pub(crate) struct Select<'a> {
+    target: Target,
+    /// Output columns: indices into the table's columns.
+    columns: Vec<usize>,
+    selection: Option<&'a Expr>,
+    /// (column, ascending, nulls first).
+    order: Vec<(usize, bool, bool)>,
+}
+
+/// The direct path's plan of `q`, when it is a single-table read of plain columns.
+pub(crate) fn select_shape<'a>(
+    q: &'a Query,
+    catalog: &Catalog,
+    nulls: datafusion::sql::planner::NullOrdering,
+) -> Option<Select<'a>> {
+    if q.with.is_some()
+        || q.limit_clause.is_some()
+        || q.fetch.is_some()
+        || !q.locks.is_empty()
+        || q.for_clause.is_some()
+        || q.settings.is_some()
+        || q.format_clause.is_some()
+        || !q.pipe_operators.is_empty()
+    {
+        return None;
+    }
+    let SetExpr::Select(s) = q.body.as_ref() else {
+        return None;
+    };
+    let plain_group_by =
+        matches!(&s.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+    if !s.optimizer_hints.is_empty()
+        || s.distinct.is_some()
+        || s.select_modifiers.is_some()
+        || s.top.is_some()
+        || s.exclude.is_some()
+        || s.into.is_some()
+        || !s.lateral_views.is_empty()
+        || s.prewhere.is_some()
+        || !s.connect_by.is_empty()
+        || !plain_group_by
+        || !s.cluster_by.is_empty()
+        || !s.distribute_by.is_empty()
+        || !s.sort_by.is_empty()
+        || s.having.is_some()
+        || !s.named_window.is_empty()
+        || s.qualify.is_some()
+        || s.value_table_mode.is_some()
+        || s.flavor != SelectFlavor::Standard
+    {
+        return None;
+    }
+    let target = single_table(&s.from, catalog)?;
+    let mut columns = Vec::new();
+    for item in &s.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) => columns.push(column_of(e, &target)?),
+            SelectItem::Wildcard(opts) if *opts == Default::default() => {
+                columns.extend(0..target.rel.columns.len())
+            }
+            _ => return None,
+        }
+    }
+    let mut order = Vec::new();
+    if let Some(ob) = &q.order_by {
+        if ob.interpolate.is_some() {
+            return None;
+        }
+        let OrderByKind::Expressions(items) = &ob.kind else {
+            return None;
+        };
+        for item in items {
+            if item.with_fill.is_some() {
+                return None;
+            }
+            let c = column_of(&item.expr, &target)?;
+            let asc = item.options.asc.unwrap_or(true);
+            let nulls_first = item
+                .options
+                .nulls_first
+                .unwrap_or_else(|| nulls.nulls_first(asc));
+            order.push((c, asc, nulls_first));
+        }
+    }
+    Some(Select {
+        target,
+        columns,
+        selection: s.selection.as_ref(),
+        order,
+    })
+}
+
+/// `UPDATE table SET column = expression, ... [WHERE ...]` (no FROM, no RETURNING).
+pub(crate) struct UpdateShape<'a> {
+    /// The table.
+    pub target: Target,
+    /// (column index, value) per assignment.
+    pub assignments: Vec<(usize, &'a Expr)>,
+    /// The WHERE.
+    pub selection: Option<&'a Expr>,
+}
+
+/// The direct path's plan of an UPDATE of one table by its own columns.
+pub(crate) fn update_shape<'a>(u: &'a Update, catalog: &Catalog) -> Option<UpdateShape<'a>> {
+    if u.from.is_some() || u.returning.is_some() || u.or.is_some() || u.limit.is_some() {
+        return None;
+    }
+    if !u.table.joins.is_empty() {
+        return None;
+    }
+    let target = table_factor(&u.table.relation, catalog)?;
+    let mut assignments = Vec::with_capacity(u.assignments.len());
+    for a in &u.assignments {
+        let AssignmentTarget::ColumnName(col) = &a.target else {
+            return None;
+        };
+        let [part] = col.0.as_slice() else {
+            return None;
+        };
+        let c = target.rel.column_index(&fold(part.as_ident()?)).ok()?;
+        assignments.push((c, &a.value));
+    }
+    Some(UpdateShape {
+        target,
+        assignments,
+        selection: u.selection.as_ref(),
+    })
+}
+
+/// The direct path's plan of a DELETE from one table by its own columns: the table and the
+/// WHERE.
+pub(crate) fn delete_shape<'a>(
+    d: &'a Delete,
+    catalog: &Catalog,
+) -> Option<(Target, Option<&'a Expr>)> {
+    if !d.tables.is_empty()
+        || d.using.is_some()
+        || d.returning.is_some()
+        || !d.order_by.is_empty()
+        || d.limit.is_some()
+    {
+        return None;
+    }
+    let from = match &d.from {
+        FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+    };
+    let target = single_table(from, catalog)?;
+    Some((target, d.selection.as_ref()))
+}
+
+/// A DataFusion expression of `e` over `schema`, coerced and simplified as the analyser and
+/// optimiser would leave it; `None` when the direct path should not evaluate it (a subquery,
+/// an aggregate or window function, a placeholder, or a function whose value depends on when
+/// the statement runs).
+fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<DfExpr>> {
+    let mut e = e.clone();
+    crate::session::strip_collate_expr(&mut e);
+    let expr = state.create_logical_expr_from_sql_expr(
+        ExprWithAlias {
+            expr: e,
+            alias: None,
+        },
+        schema,
+    )?;
+    let mut plain = true;
+    expr.apply(|e| {
+        let ok = match e {
+            DfExpr::ScalarSubquery(_)
+            | DfExpr::InSubquery(_)
+            | DfExpr::Exists(_)
+            | DfExpr::SetComparison(_)
+            | DfExpr::AggregateFunction(_)
+            | DfExpr::WindowFunction(_)
+            | DfExpr::OuterReferenceColumn(..)
+            | DfExpr::Placeholder(_)
+            | DfExpr::GroupingSet(_)
+            | DfExpr::Unnest(_)
+            | DfExpr::ScalarVariable(..)
+            | DfExpr::HigherOrderFunction(_)
+            | DfExpr::Lambda(_)
+            | DfExpr::LambdaVariable(_) => false,
+            // `now()` is the session's own (the transaction's start); any other function
+            // that is not a pure function of its arguments stays with DataFusion, which gives
+            // it the statement's start time.
+            DfExpr::ScalarFunction(f) => {
+                f.func.name() == "now" || f.func.signature().volatility == Volatility::Immutable
+            }
+            _ => true,
+        };
+        plain &= ok;
+        Ok(if ok {
+            datafusion::common::tree_node::TreeNodeRecursion::Continue
+        } else {
+            datafusion::common::tree_node::TreeNodeRecursion::Stop
+        })
+    })?;
+    if !plain {
+        return Ok(None);
+    }
+    let context = SimplifyContext::builder()
+        .with_schema(Arc::new(schema.clone()))
+        .with_config_options(state.config_options().clone())
+        .with_query_execution_start_time(state.execution_props().query_execution_start_time)
+        .build();
+    let simplifier = ExprSimplifier::new(context);
+    let coerced = simplifier.coerce(expr, schema)?;
+    Ok(Some(simplifier.simplify(coerced)?))
+}
+
+/// What a WHERE matched: the table's columns of the matching rows, in heap order, and their
+/// stored rows.
+pub(crate) struct Matched {
+    /// The table's columns.
+    pub batch: RecordBatch,
+    /// The stored rows (key, cells, tuple) of the same rows.
+    pub rows: Vec<StoredRow>,
+    df_schema: DFSchema,
+}
+
+/// The rows of `target` that `selection` matches, read through `txn`, with the number of
+/// stored rows the scan read; `None` when the WHERE is not the direct path's.
+pub(crate) async fn matching(
+    state: &SessionState,
+    txn: &Txn,
+    target: &Target,
+    selection: Option<&Expr>,
+    phases: &PhaseTimes,
+) -> Result<Option<(Matched, usize)>> {
+    let planning = Instant::now();
+    let schema = target.rel.arrow_schema(false, false);
+    let df_schema = target.df_schema(&schema)?;
+    let predicate = match selection {
+        None => None,
+        Some(e) => match logical(state, e, &df_schema)? {
+            Some(p) => Some(p),
+            None => return Ok(None),
+        },
+    };
+    phases.since(Phase::Plan, planning);
+    let reading = Instant::now();
+    let filters = predicate
+        .clone()
+        .map(split_conjunction_owned)
+        .unwrap_or_default();
+    let ranges = target.rel.ranges_for(&filters);
+    let mut rows = txn.rows_in_heap_order(&target.rel, &ranges, false).await?;
+    let read = rows.len();
+    let mut batch = crate::provider::rows_batch(&target.rel, &schema, &rows, false, false)?;
+    phases.since(Phase::Storage, reading);
+    if let Some(p) = predicate {
+        let physical = state.create_physical_expr(p, &df_schema)?;
+        let mask = physical.evaluate(&batch)?.into_array(batch.num_rows())?;
+        let mask = mask
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| SqlError::internal("a WHERE did not evaluate to booleans"))?;
+        batch = filter_record_batch(&batch, mask)?;
+        let mut keep = (0..mask.len()).map(|i| mask.is_valid(i) && mask.value(i));
+        rows.retain(|_| keep.next().unwrap_or(false));
+    }
+    Ok(Some((
+        Matched {
+            batch,
+            rows,
+            df_schema,
+        },
+        read,
+    )))
+}
+
+/// Run a [`Select`]: the columns' schema and the rows, or `None` when its WHERE is not the
+/// direct path's.
+pub(crate) async fn select(
+    state: &SessionState,
+    txn: &Txn,
+    plan: &Select<'_>,
+    phases: &PhaseTimes,
+) -> Result<Option<((SchemaRef, Vec<RecordBatch>), usize)>> {
+    let Some((m, read)) = matching(state, txn, &plan.target, plan.selection, phases).await? else {
+        return Ok(None);
+    };
+    let mut batch = m.batch;
+    if !plan.order.is_empty() {
+        let ordering = LexOrdering::new(plan.order.iter().map(|(c, asc, nulls_first)| {
+            PhysicalSortExpr::new(
+                Arc::new(PhysicalColumn::new(&plan.target.rel.columns[*c].name, *c)),
+                datafusion::arrow::compute::SortOptions {
+                    descending: !asc,
+                    nulls_first: *nulls_first,
+                },
+            )
+        }))
+        .ok_or_else(|| SqlError::internal("an empty ORDER BY"))?;
+        batch = sort_batch(&batch, &ordering, None)?;
+    }
+    let schema = batch.schema();
+    let out = Arc::new(Schema::new(
+        plan.columns
+            .iter()
+            .map(|c| schema.field(*c).clone())
+            .collect::<Vec<_>>(),
+    ));
+    let columns: Vec<ArrayRef> = plan
+        .columns
+        .iter()
+        .map(|c| batch.column(*c).clone())
+        .collect();
+    let batch = RecordBatch::try_new_with_options(
+        out.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?;
+    Ok(Some(((out, vec![batch]), read)))
+}
+
+/// The values `exprs` take on the matched rows (an UPDATE's SET list), one array each, or
+/// `None` when one of them is not the direct path's.
+pub(crate) fn evaluate(
+    state: &SessionState,
+    m: &Matched,
+    exprs: &[&Expr],
+) -> Result<Option<Vec<ArrayRef>>> {
+    let mut out = Vec::with_capacity(exprs.len());
+    for e in exprs {
+        let Some(l) = logical(state, e, &m.df_schema)? else {
+            return Ok(None);
+        };
+        let physical = state.create_physical_expr(l, &m.df_schema)?;
+        out.push(
+            physical
+                .evaluate(&m.batch)?
+                .into_array(m.batch.num_rows())?,
+        );
+    }
+    Ok(Some(out))
+}
+
+/// The rows of a `VALUES` list as one batch, each column of the one type DataFusion unifies
+/// it to; `None` when a value is not the direct path's.
+pub(crate) fn values(state: &SessionState, v: &Values) -> Result<Option<RecordBatch>> {
+    if v.value_keyword {
+        return Ok(None);
+    }
+    let empty = DFSchema::empty();
+    let mut rows = Vec::with_capacity(v.rows.len());
+    for row in &v.rows {
+        let mut exprs = Vec::with_capacity(row.len());
+        for e in row.iter() {
+            // Unsimplified here: the builder unifies the types first, as the SQL planner's
+            // VALUES does, and each value is simplified after.
+            let mut e = e.clone();
+            crate::session::strip_collate_expr(&mut e);
+            let l = state.create_logical_expr_from_sql_expr(
+                ExprWithAlias {
+                    expr: e,
+                    alias: None,
+                },
+                &empty,
+            )?;
+            exprs.push(l);
+        }
+        rows.push(exprs);
+    }
+    let plan = LogicalPlanBuilder::values(rows)?.build()?;
+    let LogicalPlan::Values(values) = plan else {
+        return Err(SqlError::internal("VALUES did not plan as VALUES"));
+    };
+    let schema: SchemaRef = Arc::new(values.schema.as_arrow().clone());
+    let one = RecordBatch::try_new_with_options(
+        Arc::new(Schema::empty()),
+        vec![],
+        &RecordBatchOptions::new().with_row_count(Some(1)),
+    )?;
+    let n = values.values.len();
+    let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(n); schema.fields().len()];
+    for row in values.values {
+        for (j, e) in row.into_iter().enumerate() {
+            let mut plain = true;
+            e.apply(|x| {
+                let ok = match x {
+                    DfExpr::ScalarSubquery(_)
+                    | DfExpr::InSubquery(_)
+                    | DfExpr::Exists(_)
+                    | DfExpr::AggregateFunction(_)
+                    | DfExpr::WindowFunction(_)
+                    | DfExpr::Placeholder(_)
+                    | DfExpr::Column(_)
+                    | DfExpr::OuterReferenceColumn(..)
+                    | DfExpr::ScalarVariable(..)
+                    | DfExpr::SetComparison(_)
+                    | DfExpr::HigherOrderFunction(_)
+                    | DfExpr::Lambda(_)
+                    | DfExpr::LambdaVariable(_)
+                    | DfExpr::Unnest(_)
+                    | DfExpr::GroupingSet(_) => false,
+                    DfExpr::ScalarFunction(f) => {
+                        f.func.name() == "now"
+                            || f.func.signature().volatility == Volatility::Immutable
+                    }
+                    _ => true,
+                };
+                plain &= ok;
+                Ok(if ok {
+                    datafusion::common::tree_node::TreeNodeRecursion::Continue
+                } else {
+                    datafusion::common::tree_node::TreeNodeRecursion::Stop
+                })
+            })?;
+            if !plain {
+                return Ok(None);
+            }
+            let array = match &e {
+                DfExpr::Literal(v, _) => v.to_array_of_size(1)?,
+                DfExpr::Cast(c) => match c.expr.as_ref() {
+                    DfExpr::Literal(v, _) => v.cast_to(c.field.data_type())?.to_array_of_size(1)?,
+                    _ => state
+                        .create_physical_expr(e.clone(), &empty)?
+                        .evaluate(&one)?
+                        .into_array(1)?,
+                },
+                _ => state
+                    .create_physical_expr(e, &empty)?
+                    .evaluate(&one)?
+                    .into_array(1)?,
+            };
+            columns[j].push(array);
+        }
+    }
+    let arrays: Vec<ArrayRef> = columns
+        .iter()
+        .zip(schema.fields())
+        .map(|(parts, f)| {
+            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+            let a = concat(&refs)?;
+            // A NULL literal unified into a typed column arrives typed already; anything else
+            // of another type is cast as the plan's schema says.
+            if a.data_type() == f.data_type() {
+                Ok(a)
+            } else {
+                Ok(datafusion::arrow::compute::cast(&a, f.data_type())?)
+            }
+        })
+        .collect::<Result<_>>()?;
+    Ok(Some(RecordBatch::try_new_with_options(
+        schema,
+        arrays,
+        &RecordBatchOptions::new().with_row_count(Some(n)),
+    )?))
+}

@@ -1,0 +1,150 @@
+//! The direct path (single-table statements run without DataFusion's planner) answers as
+//! DataFusion does: every statement here runs in `DirectMode::Check`, which answers it both
+//! ways and fails it on any difference (columns, types, rows, order), and the test counts the
+//! statements that really took the direct path.
+
+mod common;
+
+use common::{open, q, stores};
+use rocklake_sql::{DirectMode, Session};
+
+const SETUP: &str = "CREATE TABLE f (data_file_id BIGINT PRIMARY KEY, table_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, path VARCHAR, size DOUBLE PRECISION, ok BOOLEAN, at TIMESTAMP WITH TIME ZONE, n NUMERIC(10, 2));
+CREATE TABLE stats (table_id BIGINT, record_count BIGINT, next_row_id BIGINT, file_size_bytes BIGINT);
+CREATE SCHEMA s2;
+CREATE TABLE s2.kv (k VARCHAR PRIMARY KEY, v VARCHAR)";
+
+/// Statements of the direct path's shapes (each also run by DataFusion and compared), and
+/// how many of them must have taken the direct path.
+const DIRECT: &[&str] = &[
+    "INSERT INTO f VALUES (1, 10, 1, NULL, 'a.parquet', 1.5, true, '2026-12-01 00:00:00+00', 1.25), (2, 10, 2, 5, 'b.parquet', NULL, false, NULL, '3'), (3, 11, 3, NULL, NULL, 2, NULL, NULL, -4.5)",
+    "INSERT INTO f (data_file_id, table_id, at) VALUES (6, 13, now())",
+    "INSERT INTO f (data_file_id, table_id, begin_snapshot, path) VALUES (4, '11', 4, 'd'), (5, 12, '6', 'e')",
+    "INSERT INTO stats VALUES (10, 0, 0, 0), (11, 5, 5, 100), (12, NULL, 1, 2)",
+    "INSERT INTO s2.kv VALUES ('x', 'y'), ('a', NULL)",
+    "SELECT * FROM f",
+    "SELECT data_file_id, path FROM f WHERE table_id = 10",
+    "SELECT \"data_file_id\", \"path\" FROM \"public\".\"f\" WHERE \"begin_snapshot\" <= '3' AND (\"end_snapshot\" IS NULL OR \"end_snapshot\" > '3')",
+    "SELECT path FROM f WHERE data_file_id IN (1, 3, 5, 99) ORDER BY path",
+    "SELECT path, size FROM f ORDER BY size DESC",
+    "SELECT path, size FROM f ORDER BY size NULLS FIRST, data_file_id DESC",
+    "SELECT x.path FROM f AS x WHERE x.table_id <> 10 ORDER BY x.data_file_id",
+    "SELECT f.path, at FROM public.f WHERE f.ok AND path COLLATE \"C\" > 'a'",
+    "SELECT n FROM f WHERE n > 0 ORDER BY n",
+    "SELECT data_file_id FROM f WHERE path LIKE '%.parquet' OR size IS NULL",
+    "SELECT k, v FROM s2.kv WHERE v IS NOT NULL",
+    "SELECT data_file_id FROM f WHERE table_id = 99",
+    "UPDATE stats SET record_count = record_count + 1000, file_size_bytes = file_size_bytes + 65536, next_row_id = next_row_id + 1000 WHERE table_id = 11",
+    "UPDATE f SET end_snapshot = 7 WHERE end_snapshot IS NULL AND data_file_id IN (1, 4)",
+    "UPDATE f SET path = upper(path), n = n * 2 WHERE table_id = '11'",
+    "UPDATE stats SET record_count = NULL",
+    "DELETE FROM f WHERE data_file_id = 2",
+    "DELETE FROM s2.kv WHERE k = 'nope'",
+    "SELECT * FROM stats ORDER BY table_id",
+    "SELECT * FROM f ORDER BY data_file_id",
+];
+
+/// Statements that must stay with DataFusion (the direct path is not theirs); run to check
+/// they still answer.
+const GENERAL: &[&str] = &[
+    "SELECT count(*) FROM f",
+    "SELECT path FROM f LIMIT 1",
+    "SELECT f.path FROM f JOIN stats ON f.table_id = stats.table_id",
+    "SELECT data_file_id + 1 FROM f",
+    "SELECT path FROM f WHERE table_id IN (SELECT table_id FROM stats)",
+    "SELECT relname FROM pg_class WHERE relname = 'f'",
+    "SELECT ctid, path FROM f",
+    "WITH t AS (SELECT 1 AS one) SELECT one FROM t",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_answers_are_datafusions_on_every_engine() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        s.set_direct_mode(DirectMode::Check);
+        q(&mut s, SETUP).await;
+        let before = s.direct_runs();
+        for sql in DIRECT {
+            // `q` fails on an error: a difference between the paths is one (XX000).
+            q(&mut s, sql).await;
+        }
+        let direct = s.direct_runs() - before;
+        let before = s.direct_runs();
+        for sql in GENERAL {
+            q(&mut s, sql).await;
+        }
+        let general = s.direct_runs() - before;
+        println!(
+            "{}: {} statements, {direct} on the direct path (each compared with DataFusion's \
+             answer); {} others, {general} on it",
+            store.name,
+            DIRECT.len(),
+            GENERAL.len()
+        );
+        assert_eq!(direct, DIRECT.len() as u64, "{}", store.name);
+        assert_eq!(general, 0, "{}", store.name);
+        // Inside a block too: reads see the block's own writes on both paths.
+        q(&mut s, "BEGIN").await;
+        q(
+            &mut s,
+            "INSERT INTO f (data_file_id, table_id, begin_snapshot) VALUES (50, 10, 9)",
+        )
+        .await;
+        assert_eq!(
+            q(
+                &mut s,
+                "SELECT data_file_id FROM f WHERE table_id = 10 AND begin_snapshot = 9"
+            )
+            .await,
+            ["50"]
+        );
+        q(&mut s, "ROLLBACK").await;
+        assert!(
+            q(&mut s, "SELECT data_file_id FROM f WHERE data_file_id = 50")
+                .await
+                .is_empty()
+        );
+        db.close().await.unwrap();
+    }
+}
+
+/// The direct path and DataFusion's give the same answers, and errors stay DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_and_answers_do_not_depend_on_the_path() {
+    let store = stores().remove(0);
+    let db = open(&store).await;
+    let mut on = Session::new(db.clone());
+    let mut off = Session::new(db.clone());
+    off.set_direct_mode(DirectMode::Off);
+    q(&mut on, SETUP).await;
+    for sql in DIRECT.iter().filter(|s| s.starts_with("INSERT")) {
+        q(&mut on, sql).await;
+    }
+    for sql in [
+        "SELECT path FROM f WHERE table_id = 'abc'",
+        "SELECT nope FROM f",
+        "SELECT path FROM missing",
+        "UPDATE stats SET record_count = 'x' WHERE table_id = 10",
+        "INSERT INTO f (data_file_id, table_id) VALUES (1, 1)",
+        "INSERT INTO f (data_file_id, at) VALUES (77, 'not a time')",
+    ] {
+        let a = on.execute(sql).await;
+        let b = off.execute(sql).await;
+        let code = |r: &Vec<rocklake_sql::Result<rocklake_sql::Output>>| {
+            r.iter()
+                .map(|x| match x {
+                    Ok(o) => o.tag(),
+                    Err(e) => format!("{} {}", e.code, e.message),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(code(&a), code(&b), "{sql}");
+        assert!(
+            a.iter().any(|r| r.is_err()),
+            "{sql} should fail: {:?}",
+            code(&a)
+        );
+    }
+    assert_eq!(off.direct_runs(), 0);
+    db.close().await.unwrap();
+}
