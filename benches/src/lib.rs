@@ -78,7 +78,17 @@ pub async fn run(
                 s.name
             ));
             let (backend, _) = (s.open)(&dir.path().join(format!("{}-sql", s.name))).await?;
-            out.extend(sql::rocklake(&s.name, backend, budget, sql::FILES).await?);
+            let on = rocklake_sql::DirectMode::On;
+            out.extend(sql::rocklake(&s.name, backend, budget, sql::FILES, on).await?);
+            if s.name == "model" {
+                // The same statements with every one planned by DataFusion: what the direct
+                // path saves, measured in the same run.
+                progress("model: the same through DataFusion's planner only");
+                let (backend, _) = (s.open)(&dir.path().join("model-sql-planner")).await?;
+                let off = rocklake_sql::DirectMode::Off;
+                let name = "model (DataFusion planner)";
+                out.extend(sql::rocklake(name, backend, budget, sql::FILES, off).await?);
+            }
         }
         if want("point") || want("scan") || want("batch") {
             progress(&format!("{}: point, scan, batch", s.name));

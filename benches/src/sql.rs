@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use rocklake_core::{Error, Keyspace, KvBackend, Result};
-use rocklake_sql::{Database, Session};
+use rocklake_sql::{Database, DirectMode, Session};
 
 use crate::{sample, Budget, Measurement, Stats};
 
@@ -95,16 +95,19 @@ fn row(workload: &str, engine: &str, durability: &str, s: &Stats) -> Measurement
     m
 }
 
-/// The SQL workloads on one RockLake engine (durable commits).
+/// The SQL workloads on one RockLake engine (durable commits), with the direct path on or
+/// (`DirectMode::Off`) every statement through DataFusion's planner.
 pub async fn rocklake(
     subject: &str,
     backend: Arc<dyn KvBackend>,
     budget: Budget,
     files: i64,
+    mode: DirectMode,
 ) -> Result<Vec<Measurement>> {
     let ks = Keyspace::open(backend).await?;
     let db = Database::open(ks).await.map_err(sql_err("open"))?;
     let mut s = Session::new(db.clone());
+    s.set_direct_mode(mode);
     s.run(DDL).await.map_err(sql_err("create tables"))?;
     for t in preload(files) {
         s.run(&t).await.map_err(sql_err("preload"))?;
