@@ -362,6 +362,7 @@ impl SimpleQueryHandler for Conn {
         } else {
             tracing::debug!(peer = %self.peer, sql = %sql, "query");
             let started = std::time::Instant::now();
+            let phases = session.phases();
             let cancel = match client.session_extensions().get::<Arc<ConnectionHandle>>() {
                 Some(h) => Some(h.start_query().await),
                 None => None,
@@ -378,6 +379,12 @@ impl SimpleQueryHandler for Conn {
                 }
                 None => session.execute(&sql).await,
             };
+            // Where this message's time went in the SQL layer (`RUST_LOG=rocklake_server=debug`).
+            tracing::debug!(
+                peer = %self.peer,
+                phases = %session.phases().since(&phases).render(1),
+                "query phases"
+            );
             for r in results {
                 match r {
                     Ok(out) => {
