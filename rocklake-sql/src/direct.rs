@@ -433,8 +433,15 @@ pub(crate) async fn matching(
         .clone()
         .map(split_conjunction_owned)
         .unwrap_or_default();
-    let ranges = target.rel.ranges_for(&filters);
-    let mut rows = txn.rows_in_heap_order(&target.rel, &ranges, false).await?;
+    let mut rows = match primary_keys(&target.rel, &filters)? {
+        // Every primary-key column is named by `=` or `IN`: the primary-key index finds the
+        // rows, whatever the table's storage key leads with.
+        Some(keys) => by_primary_key(txn, &target.rel, keys).await?,
+        None => {
+            let ranges = target.rel.ranges_for(&filters);
+            txn.rows_in_heap_order(&target.rel, &ranges, false).await?
+        }
+    };
     let read = rows.len();
     let mut batch = crate::provider::rows_batch(&target.rel, &schema, &rows, false, false)?;
     phases.since(Phase::Storage, reading);
@@ -637,4 +644,138 @@ pub(crate) fn values(state: &SessionState, v: &Values) -> Result<Option<RecordBa
         arrays,
         &RecordBatchOptions::new().with_row_count(Some(n)),
     )?))
+}
+
+/// The most primary-key values one statement looks up in the primary-key index (past it, the
+/// scan of the key ranges is used).
+const MAX_KEY_LOOKUPS: usize = 1024;
+
+/// The primary-key index entries a conjunction names, when it names every primary-key column
+/// with `column = literal` or `column IN (literals)`: each combination of the named values,
+/// as the index key.
+fn primary_keys(rel: &RelDef, filters: &[DfExpr]) -> Result<Option<Vec<Vec<u8>>>> {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    if rel.primary_key.is_empty() {
+        return Ok(None);
+    }
+    let mut values: Vec<Option<Vec<datafusion::common::ScalarValue>>> =
+        vec![None; rel.primary_key.len()];
+    let slot = |name: &str| {
+        rel.primary_key
+            .iter()
+            .position(|&i| rel.columns[i].name == name)
+    };
+    for f in filters {
+        let (column, list) = match f {
+            DfExpr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) => match (left.as_ref(), right.as_ref()) {
+                (DfExpr::Column(c), DfExpr::Literal(v, _))
+                | (DfExpr::Literal(v, _), DfExpr::Column(c)) => (c, vec![v.clone()]),
+                _ => continue,
+            },
+            DfExpr::InList(inlist) if !inlist.negated => match inlist.expr.as_ref() {
+                DfExpr::Column(c) => {
+                    let mut list = Vec::with_capacity(inlist.list.len());
+                    for e in &inlist.list {
+                        match e {
+                            DfExpr::Literal(v, _) => list.push(v.clone()),
+                            _ => return Ok(None),
+                        }
+                    }
+                    (c, list)
+                }
+                _ => continue,
+            },
+            _ => continue,
+        };
+        if let Some(i) = slot(&column.name) {
+            if list.iter().any(|v| v.is_null()) {
+                return Ok(None);
+            }
+            // Two conditions on one column: keep the first (the predicate still checks both).
+            values[i].get_or_insert(list);
+        }
+    }
+    let mut combos: Vec<Vec<rocklake_core::values::Value>> =
+        vec![vec![rocklake_core::values::Value::Null; rel.columns.len()]];
+    for (slot, column) in rel.primary_key.iter().enumerate() {
+        let Some(list) = &values[slot] else {
+            return Ok(None);
+        };
+        if combos.len() * list.len() > MAX_KEY_LOOKUPS {
+            return Ok(None);
+        }
+        let col = &rel.columns[*column];
+        let mut cells = Vec::with_capacity(list.len());
+        for v in list {
+            // The value as the column stores it: the same conversion an INSERT makes.
+            let a = match col.ty.coerce(&v.to_array_of_size(1)?, &col.name) {
+                Ok(a) => a,
+                Err(_) => return Ok(None),
+            };
+            match col.ty.cell(a.as_ref(), 0) {
+                Ok(c) => cells.push(c),
+                Err(_) => return Ok(None),
+            }
+        }
+        combos = combos
+            .into_iter()
+            .flat_map(|row| {
+                cells.iter().map(move |c| {
+                    let mut row = row.clone();
+                    row[*column] = c.clone();
+                    row
+                })
+            })
+            .collect();
+    }
+    let mut keys = Vec::with_capacity(combos.len());
+    for row in &combos {
+        match rel.pk_index_key(row)? {
+            Some(k) => keys.push(k),
+            None => return Ok(None),
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    Ok(Some(keys))
+}
+
+/// The rows the primary-key index entries `keys` point to, in heap order (by tuple number).
+async fn by_primary_key(txn: &Txn, rel: &RelDef, keys: Vec<Vec<u8>>) -> Result<Vec<StoredRow>> {
+    let mut rows = Vec::with_capacity(keys.len());
+    for pk in keys {
+        let Some(key) = txn.get(&pk).await? else {
+            continue;
+        };
+        let Some(value) = txn.get(&key).await? else {
+            return Err(SqlError::new(
+                crate::error::state::DATA_CORRUPTED,
+                format!(
+                    "the primary-key entry {} of {} points to {}, which holds no row",
+                    rocklake_core::keys::render(&pk),
+                    rel.qualified(),
+                    rocklake_core::keys::render(&key)
+                ),
+            ));
+        };
+        let Some((cells, tuple)) = rel.decode(&key, &value)? else {
+            continue;
+        };
+        let tuple = match tuple {
+            Some(t) => Some(t),
+            None if rel.tuples_indexed() => txn
+                .get(&rel.tuple_index_key(&key))
+                .await?
+                .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+                .map(u64::from_be_bytes),
+            None => None,
+        };
+        rows.push(StoredRow { key, cells, tuple });
+    }
+    rows.sort_by_key(|r| r.tuple.unwrap_or(u64::MAX));
+    Ok(rows)
 }

@@ -83,6 +83,23 @@ async fn direct_answers_are_datafusions_on_every_engine() {
         );
         assert_eq!(direct, DIRECT.len() as u64, "{}", store.name);
         assert_eq!(general, 0, "{}", store.name);
+        // Every primary-key column named by `=` or `IN`: the primary-key index finds the
+        // rows, so only they are read (the table's storage key does not lead with its id).
+        s.set_direct_mode(DirectMode::On);
+        for (sql, rows) in [
+            ("SELECT path FROM f WHERE data_file_id = 3", 1),
+            (
+                "SELECT path FROM f WHERE data_file_id IN (1, 3, 5, 99, 3) AND table_id > 0",
+                3,
+            ),
+            ("SELECT v FROM s2.kv WHERE k = 'x'", 1),
+            ("UPDATE f SET ok = true WHERE data_file_id = '4'", 1),
+        ] {
+            let before = s.rows_read();
+            q(&mut s, sql).await;
+            assert_eq!(s.rows_read() - before, rows, "{}: {sql}", store.name);
+        }
+        s.set_direct_mode(DirectMode::Check);
         // Inside a block too: reads see the block's own writes on both paths.
         q(&mut s, "BEGIN").await;
         q(
