@@ -1,12 +1,15 @@
 """DuckDB through a catalog, timed: PostgreSQL 15 and `rocklake serve` on each engine, side by side.
 
 usage: python bench.py --pg-dsn DSN --rocklake-bin PATH --engine slatedb [--engine sled ...]
-                       [--ext-dir DIR] [--rounds N] [--out FILE.md]
+                       [--ext-dir DIR] [--rounds N] [--commits N] [--no-embedded] [--out FILE.md]
 
 Each target gets a fresh catalog and data folder and one DuckDB connection; each operation is
 timed N times (after one untimed warm-up) and the table shows medians and the ratio to
-PostgreSQL. Operations: one single-row INSERT transaction; CREATE TABLE; a time-travel
-`count(*) AT (VERSION => n)`; ATTACH of an existing catalog by a new DuckDB connection. The
+PostgreSQL. Targets: PostgreSQL, DuckLake's own SQLite-file and DuckDB-file catalogs (the
+embedded alternatives), and `rocklake serve` on each engine. Operations: a one-row INSERT
+(inlined), a 1,000-row INSERT (a Parquet file), CREATE TABLE, a time-travel
+`count(*) AT (VERSION => n)`, a one-row UPDATE, a series of single-row commits (total time) and
+`count(*)` after it, and ATTACH of an existing catalog by a new DuckDB connection. The
 figures are wall-clock times of DuckDB calls, so they include DuckLake's own work and the wire
 round trips. Durability: RockLake syncs before COMMIT returns (SlateDB WAL object written,
 sled flush, RocksDB log sync); PostgreSQL as configured by the caller (CI starts it with
@@ -38,14 +41,19 @@ def timed(fn, rounds):
     return statistics.median(out)
 
 
-def measure(catalog, data_path, ext_dir, rounds):
-    attach = f"ATTACH 'ducklake:postgres:{catalog}' AS lake (DATA_PATH '{data_path}/')"
+def measure(attach, ext_dir, rounds, commits):
+    """Every operation on one catalog; `attach` is the whole ATTACH statement."""
     con = connect(ext_dir)
     con.execute(attach)
     con.execute("CREATE TABLE lake.main.b(i BIGINT, s VARCHAR)")
+    con.execute("CREATE TABLE lake.main.big(i BIGINT, s VARCHAR)")
     r = {}
-    r["single-row INSERT transaction"] = timed(
+    r["insert 1 row (inlined)"] = timed(
         lambda i: con.execute(f"INSERT INTO lake.main.b VALUES ({i}, 'x')"), rounds)
+    r["insert 1,000 rows (one Parquet file)"] = timed(
+        lambda i: con.execute(
+            f"INSERT INTO lake.main.big SELECT {i} * 1000 + range, 'y' FROM range(1000)"),
+        rounds)
     r["CREATE TABLE"] = timed(
         lambda i: con.execute(f"CREATE TABLE lake.main.t_{i + 1} (a BIGINT, b VARCHAR)"),
         max(3, rounds // 3))
@@ -53,6 +61,16 @@ def measure(catalog, data_path, ext_dir, rounds):
     r["time travel count(*) AT (VERSION => n)"] = timed(
         lambda i: con.execute(f"SELECT count(*) FROM lake.main.b AT (VERSION => {version})")
         .fetchall(), rounds)
+    r["UPDATE 1 row"] = timed(
+        lambda i: con.execute(f"UPDATE lake.main.b SET s = 'u{i}' WHERE i = {max(i, 0)}"),
+        rounds)
+    con.execute("CREATE TABLE lake.main.c(i BIGINT)")
+    t0 = time.perf_counter()
+    for i in range(commits):
+        con.execute(f"INSERT INTO lake.main.c VALUES ({i})")
+    r[f"{commits} single-row commits (total ms)"] = (time.perf_counter() - t0) * 1000.0
+    r[f"count(*) after those {commits} commits"] = timed(
+        lambda i: con.execute("SELECT count(*) FROM lake.main.c").fetchall(), rounds)
     con.close()
 
     def reattach(_):
@@ -64,6 +82,17 @@ def measure(catalog, data_path, ext_dir, rounds):
     return r
 
 
+def embedded_available(ext_dir):
+    """Whether DuckDB's sqlite extension is installed (DuckLake's SQLite catalog needs it)."""
+    con = connect(ext_dir)
+    try:
+        return bool(con.execute(
+            "SELECT count(*) FROM duckdb_extensions() WHERE extension_name = 'sqlite_scanner' "
+            "AND installed").fetchone()[0])
+    finally:
+        con.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pg-dsn", default=os.environ.get("ROCKLAKE_TEST_PG"))
@@ -71,28 +100,51 @@ def main():
     ap.add_argument("--engine", action="append", default=[], choices=sorted(common.ENGINE_SCHEMES))
     ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--commits", type=int, default=100,
+                    help="single-row commits of the commit-series operation")
+    ap.add_argument("--no-embedded", action="store_true",
+                    help="leave out DuckLake's SQLite and DuckDB-file catalogs")
     ap.add_argument("--out", help="also write the table (markdown) here")
     a = ap.parse_args()
     common.exit_on_sigterm()
     common.ensure_extensions(a.ext_dir)
     tmp = tempfile.mkdtemp(prefix="rocklake-bench-")
     results = {}
+
+    def data(name):
+        path = os.path.join(tmp, f"{name}-data")
+        os.makedirs(path)
+        return path
+
     if a.pg_dsn:
         db = f"bench_{uuid.uuid4().hex[:8]}"
         try:
-            os.makedirs(os.path.join(tmp, "pg-data"))
-            results["PostgreSQL 15"] = measure(common.create_pg_database(a.pg_dsn, db),
-                                               os.path.join(tmp, "pg-data"), a.ext_dir, a.rounds)
+            cat = common.create_pg_database(a.pg_dsn, db)
+            results["PostgreSQL 15"] = measure(
+                f"ATTACH 'ducklake:postgres:{cat}' AS lake (DATA_PATH '{data('pg')}/')",
+                a.ext_dir, a.rounds, a.commits)
         finally:
             common.drop_pg_database(a.pg_dsn, db)
+    if not a.no_embedded:
+        # DuckLake's embedded catalogs, the alternatives a user would pick over a server.
+        if embedded_available(a.ext_dir):
+            results["SQLite file"] = measure(
+                f"ATTACH 'ducklake:sqlite:{tmp}/catalog.sqlite' AS lake "
+                f"(DATA_PATH '{data('sqlite')}/')", a.ext_dir, a.rounds, a.commits)
+        else:
+            print("bench: DuckDB's sqlite extension is not installed: no SQLite column "
+                  "(e2e/requirements.txt lists it)", file=sys.stderr)
+        results["DuckDB file"] = measure(
+            f"ATTACH 'ducklake:{tmp}/catalog.ducklake' AS lake (DATA_PATH '{data('duckdb')}/')",
+            a.ext_dir, a.rounds, a.commits)
     for e in a.engine:
         server = common.Server(a.rocklake_bin, common.engine_url(e, os.path.join(tmp, f"{e}-store")),
                                os.path.join(tmp, f"{e}-serve.log"))
         try:
             server.start()
-            os.makedirs(os.path.join(tmp, f"{e}-data"))
-            results[f"RockLake {e}"] = measure(server.dsn(), os.path.join(tmp, f"{e}-data"),
-                                               a.ext_dir, a.rounds)
+            results[f"RockLake {e}"] = measure(
+                f"ATTACH 'ducklake:postgres:{server.dsn()}' AS lake (DATA_PATH '{data(e)}/')",
+                a.ext_dir, a.rounds, a.commits)
         finally:
             server.stop()
     names = list(results)
