@@ -62,6 +62,7 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         read_only: args.read_only,
         grace: Duration::from_secs(5),
     };
+    let shutdown = shutdown_signal();
     let server = Server::bind(db.clone(), options)
         .await
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
@@ -87,7 +88,7 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     server
-        .run(shutdown_signal())
+        .run(shutdown)
         .await
         .map_err(|e| Error::InvalidArgument(format!("server failed: {e}")))?;
     db.close()
@@ -97,25 +98,33 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
+/// Ctrl-C or SIGTERM, listened for from the moment this is called: it is called before the
+/// server binds and prints its ATTACH line, so a signal sent right after that line is not
+/// met by the default handler (which would end the process without closing the store).
+#[cfg(unix)]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        match (term, interrupt) {
+            (Ok(mut term), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
                 }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
-    #[cfg(not(unix))]
-    {
+}
+
+/// Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    async {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
