@@ -339,23 +339,17 @@ pub(crate) fn delete_shape<'a>(
     Some((target, d.selection.as_ref()))
 }
 
-/// A DataFusion expression of `e` over `schema`, coerced and simplified as the analyser and
-/// optimiser would leave it; `None` when the direct path should not evaluate it (a subquery,
-/// an aggregate or window function, a placeholder, or a function whose value depends on when
-/// the statement runs).
-fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<DfExpr>> {
-    let mut e = e.clone();
-    crate::session::strip_collate_expr(&mut e);
-    let expr = state.create_logical_expr_from_sql_expr(
-        ExprWithAlias {
-            expr: e,
-            alias: None,
-        },
-        schema,
-    )?;
+/// Whether the direct path evaluates `expr`: no subquery, aggregate or window function,
+/// placeholder or other planner-only node, no column when `columns` is false (a `VALUES`
+/// value), and no function whose value depends on when the statement runs (`now()` is the
+/// session's own: the transaction's start); those stay with DataFusion, which gives them the
+/// statement's start time.
+fn evaluable(expr: &DfExpr, columns: bool) -> Result<bool> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
     let mut plain = true;
     expr.apply(|e| {
         let ok = match e {
+            DfExpr::Column(_) => columns,
             DfExpr::ScalarSubquery(_)
             | DfExpr::InSubquery(_)
             | DfExpr::Exists(_)
@@ -370,9 +364,6 @@ fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<D
             | DfExpr::HigherOrderFunction(_)
             | DfExpr::Lambda(_)
             | DfExpr::LambdaVariable(_) => false,
-            // `now()` is the session's own (the transaction's start); any other function
-            // that is not a pure function of its arguments stays with DataFusion, which gives
-            // it the statement's start time.
             DfExpr::ScalarFunction(f) => {
                 f.func.name() == "now" || f.func.signature().volatility == Volatility::Immutable
             }
@@ -380,11 +371,29 @@ fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<D
         };
         plain &= ok;
         Ok(if ok {
-            datafusion::common::tree_node::TreeNodeRecursion::Continue
+            TreeNodeRecursion::Continue
         } else {
-            datafusion::common::tree_node::TreeNodeRecursion::Stop
+            TreeNodeRecursion::Stop
         })
     })?;
+    Ok(plain)
+}
+
+/// A DataFusion expression of `e` over `schema`, coerced and simplified as the analyser and
+/// optimiser would leave it; `None` when the direct path should not evaluate it (a subquery,
+/// an aggregate or window function, a placeholder, or a function whose value depends on when
+/// the statement runs).
+fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<DfExpr>> {
+    let mut e = e.clone();
+    crate::session::strip_collate_expr(&mut e);
+    let expr = state.create_logical_expr_from_sql_expr(
+        ExprWithAlias {
+            expr: e,
+            alias: None,
+        },
+        schema,
+    )?;
+    let plain = evaluable(&expr, true)?;
     if !plain {
         return Ok(None);
     }
@@ -573,37 +582,7 @@ pub(crate) fn values(state: &SessionState, v: &Values) -> Result<Option<RecordBa
     let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(n); schema.fields().len()];
     for row in values.values {
         for (j, e) in row.into_iter().enumerate() {
-            let mut plain = true;
-            e.apply(|x| {
-                let ok = match x {
-                    DfExpr::ScalarSubquery(_)
-                    | DfExpr::InSubquery(_)
-                    | DfExpr::Exists(_)
-                    | DfExpr::AggregateFunction(_)
-                    | DfExpr::WindowFunction(_)
-                    | DfExpr::Placeholder(_)
-                    | DfExpr::Column(_)
-                    | DfExpr::OuterReferenceColumn(..)
-                    | DfExpr::ScalarVariable(..)
-                    | DfExpr::SetComparison(_)
-                    | DfExpr::HigherOrderFunction(_)
-                    | DfExpr::Lambda(_)
-                    | DfExpr::LambdaVariable(_)
-                    | DfExpr::Unnest(_)
-                    | DfExpr::GroupingSet(_) => false,
-                    DfExpr::ScalarFunction(f) => {
-                        f.func.name() == "now"
-                            || f.func.signature().volatility == Volatility::Immutable
-                    }
-                    _ => true,
-                };
-                plain &= ok;
-                Ok(if ok {
-                    datafusion::common::tree_node::TreeNodeRecursion::Continue
-                } else {
-                    datafusion::common::tree_node::TreeNodeRecursion::Stop
-                })
-            })?;
+            let plain = evaluable(&e, false)?;
             if !plain {
                 return Ok(None);
             }
