@@ -198,21 +198,27 @@ pub(crate) struct Select<'a> {
     order: Vec<(usize, bool, bool)>,
 }
 
+/// Whether `q` is its body alone: no `WITH`, `LIMIT`, `FETCH`, locking, `FOR`, settings,
+/// format or pipe clauses, and no `ORDER BY` unless `order_by` allows one.
+pub(crate) fn bare_body(q: &Query, order_by: bool) -> bool {
+    q.with.is_none()
+        && (order_by || q.order_by.is_none())
+        && q.limit_clause.is_none()
+        && q.fetch.is_none()
+        && q.locks.is_empty()
+        && q.for_clause.is_none()
+        && q.settings.is_none()
+        && q.format_clause.is_none()
+        && q.pipe_operators.is_empty()
+}
+
 /// The direct path's plan of `q`, when it is a single-table read of plain columns.
 pub(crate) fn select_shape<'a>(
     q: &'a Query,
     catalog: &Catalog,
     nulls: datafusion::sql::planner::NullOrdering,
 ) -> Option<Select<'a>> {
-    if q.with.is_some()
-        || q.limit_clause.is_some()
-        || q.fetch.is_some()
-        || !q.locks.is_empty()
-        || q.for_clause.is_some()
-        || q.settings.is_some()
-        || q.format_clause.is_some()
-        || !q.pipe_operators.is_empty()
-    {
+    if !bare_body(q, true) {
         return None;
     }
     let SetExpr::Select(s) = q.body.as_ref() else {

@@ -947,16 +947,7 @@ impl Session {
 
     /// The rows of an `INSERT ... VALUES` on the direct path, when it can evaluate them.
     fn direct_values(&self, source: &Query) -> Option<RecordBatch> {
-        if source.with.is_some()
-            || source.order_by.is_some()
-            || source.limit_clause.is_some()
-            || source.fetch.is_some()
-            || !source.locks.is_empty()
-            || source.for_clause.is_some()
-            || source.settings.is_some()
-            || source.format_clause.is_some()
-            || !source.pipe_operators.is_empty()
-        {
+        if !direct::bare_body(source, false) {
             return None;
         }
         let SetExpr::Values(values) = source.body.as_ref() else {
