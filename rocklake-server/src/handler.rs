@@ -34,7 +34,7 @@ use pgwire::messages::response::{
 };
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rocklake_sql::datafusion::arrow::datatypes::{Field, SchemaRef};
-use rocklake_sql::pg::{pg_type, pg_type_of, PgType};
+use rocklake_sql::pg_types::{pg_type, pg_type_of, PgType};
 use rocklake_sql::session::Status;
 use rocklake_sql::types::SqlType;
 use rocklake_sql::{CopyFormat, Database, Output, Session, SqlError};
@@ -93,7 +93,12 @@ fn user_error(e: &SqlError) -> PgWireError {
 /// The PostgreSQL type a result column is sent as (`text` when nothing better is known: the
 /// value then goes as its text form).
 fn column_type(f: &Field) -> (PgType, i32) {
-    pg_type_of(f).unwrap_or_else(|| (pg_type("text").unwrap_or(rocklake_sql::pg::PG_TYPES[7]), -1))
+    pg_type_of(f).unwrap_or_else(|| {
+        (
+            pg_type("text").unwrap_or(rocklake_sql::pg_types::PG_TYPES[7]),
+            -1,
+        )
+    })
 }
 
 fn row_description(schema: &SchemaRef, binary: bool) -> RowDescription {
@@ -932,7 +937,7 @@ impl ServerParameterProvider for Params {
         p.insert("server_encoding".into(), "UTF8".into());
         p.insert(
             "server_version".into(),
-            rocklake_sql::pg::SERVER_VERSION.into(),
+            rocklake_sql::pg_catalog::SERVER_VERSION.into(),
         );
         p.insert("session_authorization".into(), user);
         p.insert("standard_conforming_strings".into(), "on".into());

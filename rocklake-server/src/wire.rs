@@ -20,7 +20,7 @@ use rocklake_sql::datafusion::arrow::datatypes::{
     TimestampMicrosecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 use rocklake_sql::datafusion::sql::sqlparser::ast::Expr;
-use rocklake_sql::pg::PgType;
+use rocklake_sql::pg_types::PgType;
 use rocklake_sql::temporal::TimeTz;
 use rocklake_sql::types::{interval_of, pg_text, Elem, SqlType};
 use rocklake_sql::SqlError;
@@ -185,7 +185,7 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
             }
         },
         _ if ty.elem != 0 => {
-            let elem = rocklake_sql::pg::PG_TYPES
+            let elem = rocklake_sql::pg_types::PG_TYPES
                 .iter()
                 .copied()
                 .find(|t| t.oid == ty.elem)
@@ -714,8 +714,10 @@ fn sql_type_of_oid(oid: u32) -> Option<SqlType> {
         701 => SqlType::Double,
         700 => SqlType::Real,
         _ => {
-            let t = rocklake_sql::pg::PG_TYPES.iter().find(|t| t.oid == oid)?;
-            let elem = sql_type_of_oid(rocklake_sql::pg::pg_array_elem(t.name)?.oid)?;
+            let t = rocklake_sql::pg_types::PG_TYPES
+                .iter()
+                .find(|t| t.oid == oid)?;
+            let elem = sql_type_of_oid(rocklake_sql::pg_types::pg_array_elem(t.name)?.oid)?;
             SqlType::Array(Elem::of(elem)?)
         }
     })
@@ -730,7 +732,7 @@ pub fn param_expr(value: Option<&[u8]>, binary: bool, oid: u32) -> Result<Expr, 
     let Some(b) = value else {
         return Ok(Expr::Value(V::Null.into()));
     };
-    let name = rocklake_sql::pg::PG_TYPES
+    let name = rocklake_sql::pg_types::PG_TYPES
         .iter()
         .find(|t| t.oid == oid)
         .map_or("unknown", |t| t.name);
@@ -934,8 +936,8 @@ fn array_recv(b: &[u8], elem: Elem) -> Result<Value, SqlError> {
     let ndim = word(&mut p, "its header")?;
     let _flags = word(&mut p, "its header")?;
     let oid = word(&mut p, "its header")? as u32;
-    let want =
-        rocklake_sql::pg::pg_type(rocklake_sql::pg::sql_type_name(scalar)).map_or(0, |t| t.oid);
+    let want = rocklake_sql::pg_types::pg_type(rocklake_sql::pg_types::sql_type_name(scalar))
+        .map_or(0, |t| t.oid);
     let same = oid == want || (scalar == SqlType::Text && matches!(oid, 25 | 1043));
     if !same {
         return Err(SqlError::new(

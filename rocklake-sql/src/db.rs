@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use rocklake_core::backend::{visit_all, KeyRange, ReadView};
+use rocklake_core::backend::{visit_all, KeyRange, ReadView, WriteBatch};
 use rocklake_core::keys::row_key;
 use rocklake_core::keystone;
 use rocklake_core::tags;
@@ -15,7 +15,6 @@ use rocklake_core::Keyspace;
 use crate::catalog::{parse_definition, Catalog};
 use crate::error::{Result, SqlError};
 use crate::relation::RelDef;
-use crate::txn::Txn;
 
 /// The shared state of every session on one store.
 pub struct Database {
@@ -47,15 +46,18 @@ impl Database {
             tuples: tokio::sync::Mutex::new(HashMap::new()),
         });
         if fresh && db.keyspace.epoch().is_some() {
-            let mut txn = db.begin().await?;
+            // One batch, on the condition that the definition is still absent (a writer that
+            // opened the store meanwhile wrote its own `public`, and this one is refused).
             let id = db.issue_relation_id().await?;
-            txn.put_raw(
-                Bytes::from(row_key(tags::RELATION, &[id])),
+            let key = Bytes::from(row_key(tags::RELATION, &[id]));
+            let mut batch = WriteBatch::new();
+            batch.put(
+                key.clone(),
                 Bytes::from(definition_row(id, "public", "CREATE SCHEMA \"public\"")),
-            )
-            .await?;
-            txn.ddl = true;
-            txn.commit().await?;
+            );
+            batch.expect(key, None);
+            db.keyspace.commit_batch(batch).await?;
+            db.reload_catalog().await?;
         }
         Ok(db)
     }
@@ -78,19 +80,6 @@ impl Database {
         let c = load_catalog(self.keyspace.backend().as_ref()).await?;
         *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(c);
         Ok(())
-    }
-
-    /// Begin a transaction on a point-in-time view of the store.
-    pub async fn begin(self: &Arc<Self>) -> Result<Txn> {
-        let view = self.keyspace.backend().view().await?;
-        // The catalog the view holds: read again only when the shared copy may be stale is an
-        // optimisation left for later; the shared copy is reloaded on every DDL commit of this
-        // process, and only one process writes a store (the others are fenced).
-        let mut txn = Txn::new(self.clone(), view, self.catalog());
-        // A key space opened read-only refuses writes at the statement, as PostgreSQL's
-        // read-only transactions do, not only at COMMIT.
-        txn.read_only = self.keyspace.epoch().is_none();
-        Ok(txn)
     }
 
     /// The next tuple number of `rel`.

@@ -45,7 +45,7 @@ use datafusion::sql::sqlparser::ast::{
 
 use crate::catalog::{fold, split_name, Catalog};
 use crate::error::{Result, SqlError};
-use crate::pg::PG_CATALOG_TABLES;
+use crate::pg_catalog::PG_CATALOG_TABLES;
 use crate::phases::{Phase, PhaseTimes};
 use crate::relation::{RelDef, StoredRow};
 use crate::txn::Txn;
@@ -391,7 +391,7 @@ fn evaluable(expr: &DfExpr, columns: bool) -> Result<bool> {
 /// the statement runs).
 fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<DfExpr>> {
     let mut e = e.clone();
-    crate::session::strip_collate_expr(&mut e);
+    crate::rewrite::strip_collate_expr(&mut e);
     let expr = state.create_logical_expr_from_sql_expr(
         ExprWithAlias {
             expr: e,
@@ -562,7 +562,7 @@ pub(crate) fn values(state: &SessionState, v: &Values) -> Result<Option<RecordBa
             // Unsimplified here: the builder unifies the types first, as the SQL planner's
             // VALUES does, and each value is simplified after.
             let mut e = e.clone();
-            crate::session::strip_collate_expr(&mut e);
+            crate::rewrite::strip_collate_expr(&mut e);
             let l = state.create_logical_expr_from_sql_expr(
                 ExprWithAlias {
                     expr: e,

@@ -23,22 +23,40 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod catalog;
-pub mod db;
-pub mod direct;
+// The modules in layers, lowest first: a module uses modules of its own group or of groups
+// above it, never below, and no two modules use each other (`tests/layers.rs` holds to both).
+
+// Values: errors, timing, column types and PostgreSQL's names for them.
 pub mod error;
-pub mod pg;
+pub mod pg_types;
 pub mod phases;
-pub mod provider;
-pub mod relation;
-pub mod session;
 pub mod temporal;
-pub mod txn;
 pub mod types;
 
+// Table definitions and the catalog of them.
+pub mod catalog;
+pub mod relation;
+
+// Stored rows: the database and its transactions.
+pub mod db;
+pub mod txn;
+
+// What DataFusion plans over: table providers, `pg_catalog`, PostgreSQL's functions.
+mod functions;
+pub mod pg_catalog;
+pub mod provider;
+
+// Statements: rewrites, result column names, COPY formats, the direct path, the session.
+mod colnames;
+pub mod copy;
+pub mod direct;
+mod rewrite;
+pub mod session;
+
+pub use copy::CopyFormat;
 pub use datafusion;
 pub use db::Database;
 pub use direct::DirectMode;
 pub use error::{Result, SqlError};
 pub use phases::{Phase, PhaseSnapshot};
-pub use session::{Clock, CopyFormat, Output, Session, Status};
+pub use session::{Clock, Output, Session, Status};

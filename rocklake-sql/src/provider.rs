@@ -20,7 +20,9 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use crate::catalog::Catalog;
 use crate::error::{to_df, SqlError};
-use crate::pg::{pg_catalog_table, PgCatalogSchema, PG_CATALOG_TABLES};
+use crate::pg_catalog::{
+    information_schema_table, pg_catalog_table, INFORMATION_SCHEMA_TABLES, PG_CATALOG_TABLES,
+};
 use crate::phases::{Phase, PhaseTimes};
 use crate::relation::RelDef;
 use crate::txn::Txn;
@@ -254,4 +256,39 @@ pub fn rows_batch(
         &RecordBatchOptions::new().with_row_count(Some(rows.len())),
     )
     .map_err(|e| SqlError::internal(format!("building a batch of {}: {e}", rel.qualified())))
+}
+
+/// `pg_catalog` as a schema (for `pg_catalog.pg_class` and the like).
+#[derive(Debug)]
+pub struct PgCatalogSchema {
+    /// Where the catalog comes from.
+    pub shared: Arc<Shared>,
+    /// `information_schema` rather than `pg_catalog`.
+    pub information_schema: bool,
+}
+
+#[async_trait]
+impl SchemaProvider for PgCatalogSchema {
+    fn table_names(&self) -> Vec<String> {
+        let names = if self.information_schema {
+            INFORMATION_SCHEMA_TABLES
+        } else {
+            PG_CATALOG_TABLES
+        };
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let cat = self.shared.current_catalog();
+        let db = self.shared.database_name();
+        if self.information_schema {
+            information_schema_table(&cat, name, &db)
+        } else {
+            pg_catalog_table(&cat, name, &db)
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.table_names().iter().any(|n| n == name)
+    }
 }

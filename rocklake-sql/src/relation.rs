@@ -68,7 +68,7 @@ impl ColumnDef {
                 "text"
             }
         } else {
-            crate::pg::sql_type_name(self.ty)
+            crate::pg_types::sql_type_name(self.ty)
         }
     }
 }
@@ -293,17 +293,23 @@ impl RelDef {
             .columns
             .iter()
             .map(|c| {
-                crate::pg::field(
+                crate::pg_types::field(
                     &c.name,
                     c.ty.arrow(),
                     !c.not_null,
                     c.pg_type_name(),
-                    crate::pg::sql_typmod(c.ty),
+                    crate::pg_types::sql_typmod(c.ty),
                 )
             })
             .collect();
         if ctid {
-            fields.push(crate::pg::field("ctid", DataType::Utf8, false, "tid", -1));
+            fields.push(crate::pg_types::field(
+                "ctid",
+                DataType::Utf8,
+                false,
+                "tid",
+                -1,
+            ));
         }
         if key {
             fields.push(Field::new(KEY_COLUMN, DataType::Binary, false));

@@ -20,6 +20,22 @@ use crate::db::Database;
 use crate::error::{state, Result, SqlError};
 use crate::relation::{RelDef, StoredRow, INDEX_PRIMARY_KEY};
 
+/// Transactions begin here rather than in [`crate::db`], which knows nothing of them.
+impl Database {
+    /// Begin a transaction on a point-in-time view of the store.
+    pub async fn begin(self: &Arc<Self>) -> Result<Txn> {
+        let view = self.keyspace().backend().view().await?;
+        // The catalog the view holds: read again only when the shared copy may be stale is an
+        // optimisation left for later; the shared copy is reloaded on every DDL commit of this
+        // process, and only one process writes a store (the others are fenced).
+        let mut txn = Txn::new(self.clone(), view, self.catalog());
+        // A key space opened read-only refuses writes at the statement, as PostgreSQL's
+        // read-only transactions do, not only at COMMIT.
+        txn.read_only = self.keyspace().epoch().is_none();
+        Ok(txn)
+    }
+}
+
 /// An open transaction.
 pub struct Txn {
     db: Arc<Database>,

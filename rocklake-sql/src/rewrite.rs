@@ -1,0 +1,441 @@
+//! Rewrites of a parsed statement before it is planned: parameters bound, PostgreSQL's casts
+//! and literals put in forms DataFusion reads (arrays, intervals, uuids, `tid`), `COLLATE`
+//! dropped, and the questions the session asks of a statement (does it name `ctid`, call a
+//! function, use `$n`).
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    visit_expressions, visit_expressions_mut, Expr, Query, SetExpr, Statement,
+};
+
+use crate::error::{state, Result, SqlError};
+use crate::relation::RelDef;
+use crate::types::{Elem, SqlType};
+
+/// `COLLATE "C"` compares bytes, as DataFusion's strings always do: drop the clause.
+/// Drop `COLLATE` (byte order is how DataFusion compares strings anyway) and casts to `tid`
+/// (a `ctid` is its text form here, `(0,1)`, and compares as text).
+pub(crate) fn strip_collate(q: &mut Query) {
+    let _ = visit_expressions_mut(q, strip_one);
+}
+
+/// [`strip_collate`] of one expression (the direct path's WHERE and values).
+pub(crate) fn strip_collate_expr(e: &mut Expr) {
+    let _ = visit_expressions_mut(e, strip_one);
+}
+
+fn strip_one(e: &mut Expr) -> ControlFlow<()> {
+    {
+        match e {
+            Expr::Collate { expr, .. } => *e = (**expr).clone(),
+            Expr::Cast {
+                expr, data_type, ..
+            } if data_type.to_string().eq_ignore_ascii_case("tid") => *e = tid_text(expr),
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    }
+}
+
+/// A value cast to `tid`, as the text a `ctid` compares with here (`(0,1)`). PostgreSQL's tid
+/// input skips what comes before `(` and reads the numbers leniently, and DuckDB's postgres
+/// extension relies on that: it sends its ctids back quoted (`'(0,2)'`). A text literal is
+/// read here; any other value is read the same way by a regular expression at run time (a
+/// value that is no tid stays as it is and matches no row).
+fn tid_text(expr: &Expr) -> Expr {
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    use datafusion::sql::sqlparser::ast::{
+        Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, ObjectName,
+    };
+    const TID: &str = r"^[^(]*\(\s*0*([0-9]+)\s*,\s*0*([0-9]+)\s*\).*$";
+    let lit = |t: &str| Expr::Value(SqlValue::SingleQuotedString(t.to_string()).into());
+    if let Expr::Value(v) = expr {
+        if let SqlValue::SingleQuotedString(t) = &v.value {
+            let parsed = t.split_once('(').and_then(|(_, rest)| {
+                let (inner, _) = rest.split_once(')')?;
+                let (block, offset) = inner.split_once(',')?;
+                Some(format!(
+                    "({},{})",
+                    block.trim().parse::<u64>().ok()?,
+                    offset.trim().parse::<u64>().ok()?
+                ))
+            });
+            return lit(parsed.as_deref().unwrap_or(t));
+        }
+    }
+    let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
+    Expr::Function(Function {
+        name: ObjectName::from(vec![datafusion::sql::sqlparser::ast::Ident::new(
+            "regexp_replace",
+        )]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![arg(expr.clone()), arg(lit(TID)), arg(lit("(${1},${2})"))],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+fn is_ctid(e: &Expr) -> bool {
+    match e {
+        Expr::Identifier(i) => i.value.eq_ignore_ascii_case("ctid"),
+        Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .is_some_and(|i| i.value.eq_ignore_ascii_case("ctid")),
+        _ => false,
+    }
+}
+
+/// Whether a query calls the function `name`.
+pub(crate) fn calls_function(q: &Query, name: &str) -> bool {
+    visit_expressions(q, |e| match e {
+        Expr::Function(f)
+            if f.name
+                .0
+                .last()
+                .is_some_and(|p| p.to_string().trim_matches('"').eq_ignore_ascii_case(name)) =>
+        {
+            ControlFlow::Break(())
+        }
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
+}
+
+pub(crate) fn mentions_ctid(q: &Query) -> bool {
+    visit_expressions(q, |e| {
+        if is_ctid(e) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .is_break()
+}
+
+pub(crate) fn mentions_ctid_stmt(s: &Statement) -> bool {
+    visit_expressions(s, |e| {
+        if is_ctid(e) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .is_break()
+}
+
+/// The `n` of a `$n` placeholder expression.
+pub(crate) fn placeholder_number(e: &Expr) -> Option<usize> {
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    match e {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Placeholder(p) => p.strip_prefix('$')?.parse().ok().filter(|n| *n > 0),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The highest `$n` in a statement (0 for none).
+pub(crate) fn max_placeholder(stmt: &Statement) -> usize {
+    let mut max = 0;
+    let _ = visit_expressions(stmt, |e| {
+        if let Some(n) = placeholder_number(e) {
+            max = max.max(n);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    max
+}
+
+/// Put `params[n - 1]` in the place of each `$n`.
+pub(crate) fn bind_parameters(stmt: &mut Statement, params: &[Expr]) -> Result<()> {
+    let mut missing = None;
+    let _ = visit_expressions_mut(stmt, |e| {
+        let name = match e {
+            Expr::Value(v) => match &v.value {
+                datafusion::sql::sqlparser::ast::Value::Placeholder(p) => p.clone(),
+                _ => return ControlFlow::Continue(()),
+            },
+            _ => return ControlFlow::Continue(()),
+        };
+        match placeholder_number(e).and_then(|n| params.get(n - 1)) {
+            Some(value) => *e = value.clone(),
+            None => {
+                missing = Some(name);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    match missing {
+        Some(p) => Err(SqlError::new("42P02", format!("there is no parameter {p}"))),
+        None => Ok(()),
+    }
+}
+
+/// The text of a number literal, with its sign (`-1.5e-07`); `None` for any other expression.
+fn number_literal(e: &Expr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{UnaryOperator, Value as SqlValue};
+    match e {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Number(n, _) => Some(n.clone()),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => number_literal(expr).map(|n| format!("-{n}")),
+        Expr::Nested(inner) => number_literal(inner),
+        _ => None,
+    }
+}
+
+/// In `INSERT ... VALUES`, PostgreSQL converts each value to its target column's type on its
+/// own; DataFusion first unifies each VALUES column into one type, which can fail where
+/// PostgreSQL succeeds (a double column given `CAST('inf' AS DOUBLE)` in one row and the exact
+/// literal `3.4e+38` in another unifies to a decimal that cannot hold infinity). So every
+/// value bound for a numeric or interval column is cast to that column's type first (interval
+/// text read with PostgreSQL's syntax). Other types are
+/// left to [`SqlType::coerce`], which reads PostgreSQL's text forms (bytea, interval) that a
+/// DataFusion cast would not.
+pub(crate) fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: &[usize]) {
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    use datafusion::sql::sqlparser::ast::{CastKind, DataType as D, ExactNumberInfo};
+    let SetExpr::Values(values) = source.body.as_mut() else {
+        return;
+    };
+    for row in &mut values.rows {
+        for (j, e) in row.iter_mut().enumerate() {
+            let Some(col) = targets.get(j).and_then(|t| rel.columns.get(*t)) else {
+                continue;
+            };
+            let data_type = match col.ty {
+                SqlType::BigInt => D::BigInt(None),
+                SqlType::Integer => D::Int(None),
+                SqlType::SmallInt => D::SmallInt(None),
+                SqlType::Double | SqlType::Real => {
+                    // A number literal goes in as its text, which parses to the nearest float;
+                    // through an exact decimal it could land one unit off (3.4e+38).
+                    if let Some(text) = number_literal(e) {
+                        *e = Expr::Value(SqlValue::SingleQuotedString(text).into());
+                    }
+                    if col.ty == SqlType::Double {
+                        D::DoublePrecision
+                    } else {
+                        D::Real
+                    }
+                }
+                SqlType::Numeric(p, s) => D::Decimal(ExactNumberInfo::PrecisionAndScale(
+                    u64::from(p),
+                    i64::from(s),
+                )),
+                SqlType::Array(elem) => {
+                    // A text literal (`'{1,2}'`) becomes the array it spells; one that does
+                    // not parse is left to `coerce`, which names the column in its error.
+                    if let Expr::Value(v) = e {
+                        if let SqlValue::SingleQuotedString(text) = &v.value {
+                            if let Ok(a) = array_expr(text, elem) {
+                                *e = a;
+                            }
+                            continue;
+                        }
+                    }
+                    array_sql_type(elem)
+                }
+                SqlType::Interval => {
+                    // A text literal is read with PostgreSQL's syntax here; one that does not
+                    // parse is left to `coerce`, which names the column in its error.
+                    if let Expr::Value(v) = e {
+                        if let SqlValue::SingleQuotedString(text) = &mut v.value {
+                            match crate::temporal::Interval::parse(text) {
+                                Ok(iv) => *text = iv.to_datafusion_text(),
+                                Err(_) => continue,
+                            }
+                        }
+                    }
+                    D::Interval {
+                        fields: None,
+                        precision: None,
+                    }
+                }
+                _ => continue,
+            };
+            *e = Expr::Cast {
+                kind: CastKind::Cast,
+                expr: Box::new(e.clone()),
+                data_type,
+                array: false,
+                format: None,
+            };
+        }
+    }
+}
+
+/// The SQL type DataFusion plans an array of `elem` as (`uuid[]` is `varchar[]`, as a uuid
+/// is its text).
+fn array_sql_type(elem: Elem) -> datafusion::sql::sqlparser::ast::DataType {
+    use datafusion::sql::sqlparser::ast::{
+        ArrayElemTypeDef, DataType as D, ExactNumberInfo, TimezoneInfo,
+    };
+    let inner = match elem {
+        Elem::BigInt => D::BigInt(None),
+        Elem::Integer => D::Int(None),
+        Elem::SmallInt => D::SmallInt(None),
+        Elem::Boolean => D::Boolean,
+        Elem::Text | Elem::Uuid | Elem::TimeTz => D::Varchar(None),
+        Elem::Date => D::Date,
+        Elem::Timestamp => D::Timestamp(None, TimezoneInfo::None),
+        Elem::TimestampTz => D::Timestamp(None, TimezoneInfo::WithTimeZone),
+        Elem::Time => D::Time(None, TimezoneInfo::None),
+        Elem::Interval => D::Interval {
+            fields: None,
+            precision: None,
+        },
+        Elem::Bytea => D::Bytea,
+        Elem::Double => D::DoublePrecision,
+        Elem::Real => D::Real,
+        Elem::Numeric(p, s) => D::Decimal(ExactNumberInfo::PrecisionAndScale(
+            u64::from(p),
+            i64::from(s),
+        )),
+    };
+    D::Array(ArrayElemTypeDef::SquareBracket(Box::new(inner), None))
+}
+
+/// PostgreSQL's array text form (`{1,NULL,3}`) of `elem`s as an expression DataFusion plans:
+/// `CAST(ARRAY['1', NULL, '3'] AS integer[])`. Malformed text is refused with `22P02`; a uuid
+/// element is checked and written in its canonical form.
+fn array_expr(text: &str, elem: Elem) -> Result<Expr> {
+    use datafusion::sql::sqlparser::ast::{Array, CastKind, Value as SqlValue};
+    let items = crate::types::parse_array_literal(text)
+        .map_err(|m| SqlError::new(state::INVALID_TEXT, m))?;
+    // Each element is checked here, so that a bad one is refused with PostgreSQL's error
+    // rather than DataFusion's.
+    crate::types::check_elements(&items, elem)?;
+    let mut elems = Vec::with_capacity(items.len());
+    for item in items {
+        elems.push(Expr::Value(
+            match item {
+                None => SqlValue::Null,
+                Some(t) if elem == Elem::Uuid => {
+                    SqlValue::SingleQuotedString(crate::types::canonical_uuid(&t)?)
+                }
+                // Elements whose PostgreSQL text a DataFusion cast does not read go in as
+                // the value itself: bytea as a hex literal, an interval in DataFusion's
+                // syntax, a time with time zone canonical.
+                Some(t) if elem == Elem::Bytea => SqlValue::HexStringLiteral(
+                    crate::types::parse_bytea(&t)
+                        .map_err(|m| SqlError::new(crate::types::bytea_error_code(&t), m))?
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect(),
+                ),
+                Some(t) if elem == Elem::Interval => SqlValue::SingleQuotedString(
+                    crate::temporal::Interval::parse(&t)
+                        .map_err(|m| SqlError::new(state::INVALID_DATETIME, m))?
+                        .to_datafusion_text(),
+                ),
+                Some(t) if elem == Elem::TimeTz => SqlValue::SingleQuotedString(
+                    crate::temporal::TimeTz::parse(&t)
+                        .map_err(|m| SqlError::new(state::INVALID_DATETIME, m))?
+                        .to_pg_text(),
+                ),
+                Some(t) => SqlValue::SingleQuotedString(t),
+            }
+            .into(),
+        ));
+    }
+    Ok(Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(Expr::Array(Array {
+            elem: elems,
+            named: true,
+        })),
+        data_type: array_sql_type(elem),
+        array: false,
+        format: None,
+    })
+}
+
+/// Casts DataFusion has no type for, as this layer stores them: `uuid` and `time with time
+/// zone` are their text (a column of either type checks and canonicalises what it is given),
+/// `tid` is a ctid's text form. A text literal cast to `interval` is read with PostgreSQL's
+/// interval syntax (`1 year 2 mons 04:05:06`, which DataFusion's parser refuses) and handed
+/// on in a form DataFusion reads. A text literal cast to `uuid` or `time with time zone` is
+/// checked and written in its canonical form here, so that it compares equal to the stored
+/// values (`'A0EEBC99-...'::uuid` finds the row PostgreSQL finds); one that does not parse is
+/// refused with PostgreSQL's SQLSTATE.
+pub(crate) fn rewrite_casts(stmt: &mut Statement) -> Result<()> {
+    use datafusion::sql::sqlparser::ast::DataType as SqlDataType;
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    let mut failed = None;
+    let _ = visit_expressions_mut(stmt, |e| {
+        // `'{1,2}'::integer[]`: the text read with PostgreSQL's array syntax.
+        if let Expr::Cast {
+            expr, data_type, ..
+        } = e
+        {
+            if let Ok(SqlType::Array(elem)) = SqlType::parse(&data_type.to_string()) {
+                if let Expr::Value(v) = expr.as_ref() {
+                    if let SqlValue::SingleQuotedString(text) = &v.value {
+                        match array_expr(text, elem) {
+                            Ok(a) => *e = a,
+                            Err(err) => {
+                                failed = Some(err);
+                                return ControlFlow::Break(());
+                            }
+                        }
+                        return ControlFlow::Continue(());
+                    }
+                }
+                // Any other value cast to an array type: the type as DataFusion names it.
+                *data_type = array_sql_type(elem);
+                return ControlFlow::Continue(());
+            }
+        }
+        if let Expr::Cast {
+            expr, data_type, ..
+        } = e
+        {
+            let name = data_type.to_string().to_ascii_lowercase();
+            let literal = match expr.as_mut() {
+                Expr::Value(v) => match &mut v.value {
+                    SqlValue::SingleQuotedString(text) => Some(text),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let fixed = match (name.as_str(), literal) {
+                ("uuid", Some(text)) => crate::types::canonical_uuid(text).map(|c| *text = c),
+                ("timetz" | "time with time zone", Some(text)) => {
+                    crate::temporal::TimeTz::parse(text)
+                        .map(|t| *text = t.to_pg_text())
+                        .map_err(|m| SqlError::new(state::INVALID_DATETIME, m))
+                }
+                ("interval", Some(text)) => crate::temporal::Interval::parse(text)
+                    .map(|iv| *text = iv.to_datafusion_text())
+                    .map_err(|m| SqlError::new(state::INVALID_DATETIME, m)),
+                _ => Ok(()),
+            };
+            if let Err(err) = fixed {
+                failed = Some(err);
+                return ControlFlow::Break(());
+            }
+            if name == "tid" {
+                *e = tid_text(expr);
+            } else if matches!(name.as_str(), "uuid" | "timetz" | "time with time zone") {
+                *data_type = SqlDataType::Varchar(None);
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    failed.map_or(Ok(()), Err)
+}

@@ -1,0 +1,238 @@
+//! DDL: CREATE/DROP TABLE and CREATE/DROP SCHEMA, transactional as in PostgreSQL.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use datafusion::sql::sqlparser::ast::{ObjectType, SchemaName, Statement};
+use rocklake_core::keys::row_key;
+use rocklake_core::tags;
+
+use super::{first_words, Output, Session};
+use crate::catalog::{rel_from_create, split_name};
+use crate::db::definition_row;
+use crate::error::{state, Result, SqlError};
+use crate::relation::RelDef;
+use crate::txn::Txn;
+impl Session {
+    pub(super) async fn ddl(&mut self, stmt: Statement) -> Result<Output> {
+        let db = self.db.clone();
+        let out = match stmt {
+            Statement::CreateTable(ct) => {
+                if ct.temporary
+                    && ct.on_commit != Some(datafusion::sql::sqlparser::ast::OnCommit::Drop)
+                {
+                    return Err(SqlError::unsupported(
+                        "temporary tables are supported with ON COMMIT DROP only",
+                    ));
+                }
+                let (schema, name) = split_name(&ct.name)?;
+                let exists = self
+                    .with_txn(async |txn| {
+                        if !txn.catalog.schemas.contains_key(&schema) {
+                            return Err(SqlError::new(
+                                state::INVALID_SCHEMA_NAME,
+                                format!("schema \"{schema}\" does not exist"),
+                            ));
+                        }
+                        Ok(txn
+                            .catalog
+                            .tables
+                            .contains_key(&(schema.clone(), name.clone())))
+                    })
+                    .await?;
+                if exists {
+                    if ct.if_not_exists {
+                        return Ok(Output::Command("CREATE TABLE".into()));
+                    }
+                    return Err(SqlError::new(
+                        state::DUPLICATE_TABLE,
+                        format!("relation \"{name}\" already exists"),
+                    ));
+                }
+                let id = db.issue_relation_id().await?;
+                self.with_txn(async |txn| {
+                    let rel = rel_from_create(id, &ct, &txn.catalog)?;
+                    txn.put_raw(
+                        Bytes::from(row_key(tags::RELATION, &[id])),
+                        Bytes::from(definition_row(id, &rel.qualified(), &rel.definition)),
+                    )
+                    .await?;
+                    Arc::make_mut(&mut txn.catalog)
+                        .tables
+                        .insert((rel.schema.clone(), rel.name.clone()), Arc::new(rel));
+                    txn.ddl = true;
+                    Ok(())
+                })
+                .await?;
+                if ct.temporary {
+                    self.temp_tables.push((schema, name));
+                }
+                Output::Command("CREATE TABLE".into())
+            }
+            Statement::CreateSchema {
+                schema_name,
+                if_not_exists,
+                ..
+            } => {
+                let name = match &schema_name {
+                    SchemaName::Simple(n) => split_name(n)?.1,
+                    other => return Err(SqlError::unsupported(format!("CREATE SCHEMA {other}"))),
+                };
+                let exists = self
+                    .with_txn(async |txn| Ok(txn.catalog.schemas.contains_key(&name)))
+                    .await?;
+                if exists {
+                    if if_not_exists {
+                        return Ok(Output::Command("CREATE SCHEMA".into()));
+                    }
+                    return Err(SqlError::new(
+                        state::DUPLICATE_SCHEMA,
+                        format!("schema \"{name}\" already exists"),
+                    ));
+                }
+                let id = db.issue_relation_id().await?;
+                self.with_txn(async |txn| {
+                    let def = format!("CREATE SCHEMA \"{}\"", name.replace('"', "\"\""));
+                    txn.put_raw(
+                        Bytes::from(row_key(tags::RELATION, &[id])),
+                        Bytes::from(definition_row(id, &name, &def)),
+                    )
+                    .await?;
+                    Arc::make_mut(&mut txn.catalog)
+                        .schemas
+                        .insert(name.clone(), id);
+                    txn.ddl = true;
+                    Ok(())
+                })
+                .await?;
+                Output::Command("CREATE SCHEMA".into())
+            }
+            Statement::Drop {
+                object_type: ObjectType::Table,
+                if_exists,
+                names,
+                ..
+            } => {
+                for n in &names {
+                    let (schema, name) = split_name(n)?;
+                    self.with_txn(async |txn| {
+                        let Some(rel) = txn
+                            .catalog
+                            .tables
+                            .get(&(schema.clone(), name.clone()))
+                            .cloned()
+                        else {
+                            if if_exists {
+                                return Ok(());
+                            }
+                            return Err(SqlError::new(
+                                state::UNDEFINED_TABLE,
+                                format!("table \"{name}\" does not exist"),
+                            ));
+                        };
+                        drop_table(txn, &rel).await
+                    })
+                    .await?;
+                }
+                Output::Command("DROP TABLE".into())
+            }
+            Statement::Drop {
+                object_type: ObjectType::Schema,
+                if_exists,
+                names,
+                cascade,
+                ..
+            } => {
+                for n in &names {
+                    let schema = split_name(n)?.1;
+                    self.with_txn(async |txn| {
+                        let Some(id) = txn.catalog.schemas.get(&schema).copied() else {
+                            if if_exists {
+                                return Ok(());
+                            }
+                            return Err(SqlError::new(
+                                state::INVALID_SCHEMA_NAME,
+                                format!("schema \"{schema}\" does not exist"),
+                            ));
+                        };
+                        let inside: Vec<Arc<RelDef>> = txn
+                            .catalog
+                            .tables
+                            .values()
+                            .filter(|t| t.schema == schema)
+                            .cloned()
+                            .collect();
+                        if !inside.is_empty() && !cascade {
+                            return Err(SqlError::new(
+                                state::DEPENDENT_OBJECTS,
+                                format!(
+                                    "cannot drop schema {schema} because other objects depend on it"
+                                ),
+                            )
+                            .with_detail(format!(
+                                "table {} depends on schema {schema}",
+                                inside[0].qualified()
+                            )));
+                        }
+                        for rel in inside {
+                            drop_table(txn, &rel).await?;
+                        }
+                        txn.delete_raw(Bytes::from(row_key(tags::RELATION, &[id])))
+                            .await?;
+                        Arc::make_mut(&mut txn.catalog).schemas.remove(&schema);
+                        txn.ddl = true;
+                        Ok(())
+                    })
+                    .await?;
+                }
+                Output::Command("DROP SCHEMA".into())
+            }
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "RockLake's SQL layer does not run this statement: {}",
+                    first_words(&other.to_string())
+                )))
+            }
+        };
+        let cat = self.with_txn(async |txn| Ok(txn.catalog.clone())).await?;
+        *self
+            .shared
+            .catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = cat;
+        Ok(out)
+    }
+}
+
+/// Remove a table: its rows, its primary-key and tuple entries and its definition, and write
+/// an audit entry under `0x81` (as PURGE does), in the same transaction. Its keys are free
+/// again: a table created later under the same name starts empty.
+async fn drop_table(txn: &mut Txn, rel: &RelDef) -> Result<()> {
+    let n = txn.delete_all(rel).await?;
+    txn.delete_raw(Bytes::from(row_key(tags::RELATION, &[rel.id])))
+        .await?;
+    let ks = txn.db().keyspace().clone();
+    let snapshot = ks.current_snapshot().await?;
+    let sequence = ks.issue_id(&rocklake_core::keystone::AUDIT).await?;
+    let entry = rocklake_core::values::AuditEntry {
+        action: "drop-table".into(),
+        space: rel.qualified(),
+        first_id: rel.id,
+        last_id: rel.id,
+        freed: Vec::new(),
+        writer_epoch: ks.epoch().unwrap_or(0),
+        at_micros: ks.now_micros(),
+        actor: format!("sql ({n} keys removed)"),
+    };
+    txn.put_raw(
+        Bytes::from(row_key(tags::AUDIT_ENTRY, &[snapshot, sequence])),
+        Bytes::from(prost::Message::encode_to_vec(&entry)),
+    )
+    .await?;
+    Arc::make_mut(&mut txn.catalog)
+        .tables
+        .remove(&(rel.schema.clone(), rel.name.clone()));
+    txn.ddl = true;
+    tracing::info!(table = %rel.qualified(), keys = n, "dropped table");
+    Ok(())
+}

@@ -1,0 +1,671 @@
+//! One SQL session: statements in, results out, with PostgreSQL's transaction rules.
+//!
+//! A query of the direct path's shapes runs there ([`crate::direct`]); any other is planned
+//! and run by DataFusion over the session's transaction (`query`). INSERT evaluates its
+//! source (`VALUES`, `SELECT`) the same way and casts each value to its column's type; UPDATE
+//! and DELETE find the rows they name — with the statement's own `WITH`, `FROM`/`USING` and
+//! `WHERE`, so DataFusion evaluates every predicate the direct path does not — and change
+//! exactly those rows (`write`). DDL (CREATE/DROP TABLE, CREATE/DROP SCHEMA) is
+//! transactional, as in PostgreSQL (`ddl`). `describe` answers a prepared statement's
+//! parameter and result types without running it.
+//!
+//! Transactions follow PostgreSQL: a message of several statements outside a transaction
+//! block runs as one implicit transaction; `BEGIN ... COMMIT` is one transaction and one atomic
+//! batch, durable when COMMIT returns; an error inside a block aborts it until `ROLLBACK` (and
+//! `COMMIT` of an aborted block rolls back); a session dropped with a block open lands nothing.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use datafusion::common::ScalarValue;
+use datafusion::execution::context::{SessionConfig, SessionContext, SessionState};
+use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::sql::planner::NullOrdering;
+use datafusion::sql::sqlparser::ast::{
+    CopySource, CopyTarget, Expr, ObjectName, SetExpr, Statement, TransactionAccessMode,
+    TransactionMode,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use rocklake_core::values::Value;
+
+use crate::catalog::{fold, split_name};
+use crate::copy::{copy_format, CopyFormat};
+use crate::db::Database;
+use crate::direct::DirectMode;
+use crate::error::{state, Result, SqlError};
+use crate::functions::register_pg_functions;
+use crate::phases::{Phase, PhaseSnapshot};
+use crate::provider::{RockCatalog, Shared};
+use crate::relation::RelDef;
+use crate::rewrite::{bind_parameters, calls_function, rewrite_casts};
+use crate::txn::Txn;
+use crate::types::SqlType;
+
+mod ddl;
+mod describe;
+mod query;
+mod write;
+
+/// What one statement produced.
+#[derive(Debug)]
+pub enum Output {
+    /// A result set.
+    Rows {
+        /// Its columns.
+        schema: SchemaRef,
+        /// Its rows.
+        batches: Vec<RecordBatch>,
+    },
+    /// The rows of `COPY (query) TO STDOUT`, for the wire layer to encode.
+    CopyOut {
+        /// Its columns.
+        schema: SchemaRef,
+        /// Its rows.
+        batches: Vec<RecordBatch>,
+        /// Binary or text, and the text format's NULL marker and delimiter.
+        format: CopyFormat,
+    },
+    /// A command's completion tag, as PostgreSQL writes it (`INSERT 0 3`, `UPDATE 1`, `BEGIN`).
+    Command(String),
+    /// `COPY table [(columns)] FROM STDIN`: the caller now sends the rows with
+    /// [`Session::copy_in`] (or gives up with [`Session::copy_fail`]); the text's later
+    /// statements, if any, did not run.
+    CopyIn {
+        /// The columns the rows carry, in order, with their types.
+        columns: Vec<(String, SqlType)>,
+        /// Binary or text, and the text format's NULL marker and delimiter.
+        format: CopyFormat,
+    },
+}
+
+impl Output {
+    /// The number of result rows (0 for commands).
+    pub fn row_count(&self) -> usize {
+        match self {
+            Output::Rows { batches, .. } | Output::CopyOut { batches, .. } => {
+                batches.iter().map(|b| b.num_rows()).sum()
+            }
+            Output::Command(_) | Output::CopyIn { .. } => 0,
+        }
+    }
+
+    /// The completion tag PostgreSQL would send.
+    pub fn tag(&self) -> String {
+        match self {
+            Output::Rows { .. } => format!("SELECT {}", self.row_count()),
+            Output::CopyOut { .. } => format!("COPY {}", self.row_count()),
+            Output::Command(t) => t.clone(),
+            Output::CopyIn { .. } => "COPY".into(),
+        }
+    }
+}
+
+/// Where the session is, in PostgreSQL's terms (the wire's ReadyForQuery status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// `I`: no transaction block.
+    Idle,
+    /// `T`: inside a transaction block.
+    InBlock,
+    /// `E`: inside a failed block; only ROLLBACK (or COMMIT, which rolls back) is accepted.
+    Failed,
+}
+
+/// One session (a connection, or the local shell).
+pub struct Session {
+    db: Arc<Database>,
+    shared: Arc<Shared>,
+    ctx: SessionContext,
+    status: Status,
+    clock: Clock,
+    /// The table and columns of a `COPY ... FROM STDIN` waiting for its rows, and whether it
+    /// runs in the text's implicit transaction.
+    copy: Option<(Arc<RelDef>, Vec<usize>, bool)>,
+    /// Temporary tables `ON COMMIT DROP` of the open transaction.
+    temp_tables: Vec<(String, String)>,
+    /// Whether statements of the direct path's shapes take it.
+    direct: DirectMode,
+    /// DataFusion's state as the direct path uses it: name-free expression planning and
+    /// evaluation, so one copy serves every statement (only functions that do not read the
+    /// statement's start time take that path).
+    direct_state: Arc<SessionState>,
+    /// `ORDER BY`'s default null ordering (DataFusion's setting, as PostgreSQL's: NULLs are
+    /// largest).
+    nulls: NullOrdering,
+}
+
+/// Where a session reads the time from (µs since 1970).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("status", &self.status)
+            .finish()
+    }
+}
+impl Session {
+    /// A new session on `db`.
+    pub fn new(db: Arc<Database>) -> Session {
+        let shared = Arc::new(Shared::default());
+        *shared.catalog.lock().unwrap_or_else(|e| e.into_inner()) = db.catalog();
+        let mut config = SessionConfig::new()
+            .with_default_catalog_and_schema("rocklake", "public")
+            .with_create_default_catalog_and_schema(false)
+            .with_information_schema(false)
+            .with_target_partitions(1);
+        let opts = config.options_mut();
+        opts.sql_parser.map_string_types_to_utf8view = false;
+        // A numeric literal is exact, as in PostgreSQL (`1234567890123.0123456789`, or an
+        // integer past i64, stays every digit instead of becoming a double).
+        opts.sql_parser.parse_float_as_decimal = true;
+        opts.sql_parser.dialect = "PostgreSQL".parse().unwrap_or_default();
+        let ctx = SessionContext::new_with_config(config);
+        // `now()` is the transaction's start, as in PostgreSQL (DataFusion's own is the
+        // statement's).
+        let started = shared.clone();
+        ctx.register_udf(create_udf(
+            "now",
+            vec![],
+            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            Volatility::Stable,
+            Arc::new(move |_| {
+                Ok(ColumnarValue::Scalar(ScalarValue::TimestampMicrosecond(
+                    Some(started.txn_start.load(Ordering::Acquire)),
+                    Some("+00:00".into()),
+                )))
+            }),
+        ));
+        register_pg_functions(&ctx, &shared);
+        ctx.register_catalog(
+            "rocklake",
+            Arc::new(RockCatalog {
+                shared: shared.clone(),
+            }),
+        );
+        let ks = db.clone();
+        let direct_state = Arc::new(ctx.state());
+        let nulls = NullOrdering::from(
+            direct_state
+                .config_options()
+                .sql_parser
+                .default_null_ordering
+                .as_str(),
+        );
+        Session {
+            db,
+            shared,
+            ctx,
+            status: Status::Idle,
+            clock: Arc::new(move || ks.keyspace().now_micros()),
+            copy: None,
+            temp_tables: Vec::new(),
+            direct: DirectMode::from_env(),
+            direct_state,
+            nulls,
+        }
+    }
+
+    /// Choose whether statements of the direct path's shapes take it (see
+    /// [`crate::direct`]).
+    pub fn set_direct_mode(&mut self, mode: DirectMode) {
+        self.direct = mode;
+    }
+
+    /// Read the time from `clock` (tests and replays that need `now()` to be a given time).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    /// The database name the client connected with (what `current_database()` answers).
+    pub fn set_database(&mut self, name: &str) {
+        *self
+            .shared
+            .database
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = name.to_string();
+    }
+
+    /// Run `sql` with its `$n` parameters bound to `params` (`params[0]` is `$1`), as the
+    /// wire's Bind gives them: each a SQL expression (a literal, `NULL`, a cast literal)
+    /// that takes the parameter's place before the statement is planned. A `$n` past the
+    /// end of `params` is refused with PostgreSQL's `42P02`.
+    pub async fn execute_with_params(&mut self, sql: &str, params: &[Expr]) -> Vec<Result<Output>> {
+        self.run_statements(sql, params).await
+    }
+
+    /// A statement was interrupted (a cancel request; its future was dropped): as in
+    /// PostgreSQL, an implicit transaction is rolled back and a block is aborted.
+    pub async fn cancelled(&mut self) {
+        self.copy = None;
+        match self.status {
+            Status::Idle => self.drop_txn().await,
+            Status::InBlock => self.status = Status::Failed,
+            Status::Failed => {}
+        }
+    }
+
+    /// Where the session is.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// How many stored rows this session's table scans have read so far.
+    pub fn rows_read(&self) -> u64 {
+        self.shared.pairs_read.load(Ordering::Relaxed)
+    }
+
+    /// Run one SQL text of one or more statements and return every result; the first error
+    /// ends the text (later statements do not run), as PostgreSQL's simple query does.
+    pub async fn execute(&mut self, sql: &str) -> Vec<Result<Output>> {
+        self.run_statements(sql, &[]).await
+    }
+
+    async fn run_statements(&mut self, sql: &str, params: &[Expr]) -> Vec<Result<Output>> {
+        let parsing = Instant::now();
+        let parsed = Parser::parse_sql(&PostgreSqlDialect {}, sql);
+        self.shared.phases.since(Phase::Parse, parsing);
+        let statements = match parsed {
+            Ok(s) => s,
+            Err(e) => {
+                return vec![Err(SqlError::new(state::SYNTAX_ERROR, e.to_string()))];
+            }
+        };
+        // Outside a block, the statements of one text form one implicit transaction.
+        let implicit = self.status == Status::Idle;
+        let mut out = Vec::with_capacity(statements.len());
+        for mut stmt in statements {
+            if self.copy.is_some() {
+                out.push(Err(SqlError::unsupported(
+                    "statements after COPY ... FROM STDIN in the same text are not run",
+                )));
+                return out;
+            }
+            let before = self.shared.phases.snapshot();
+            let started = Instant::now();
+            let r = match bind_parameters(&mut stmt, params) {
+                Ok(()) => self.statement(stmt).await,
+                Err(e) => Err(e),
+            };
+            self.account_statement(&before, started);
+            match r {
+                Ok(o @ Output::CopyIn { .. }) => {
+                    if let Some(c) = self.copy.as_mut() {
+                        c.2 = implicit && self.status == Status::Idle;
+                    }
+                    out.push(Ok(o));
+                }
+                Ok(o) => out.push(Ok(o)),
+                Err(e) => {
+                    match self.status {
+                        Status::InBlock => self.status = Status::Failed,
+                        Status::Failed => {}
+                        Status::Idle => self.drop_txn().await,
+                    }
+                    out.push(Err(e));
+                    return out;
+                }
+            }
+        }
+        if implicit && self.status == Status::Idle && self.copy.is_none() {
+            if let Err(e) = self.commit_txn().await {
+                out.push(Err(e));
+            }
+        }
+        out
+    }
+
+    /// The rows of the `COPY ... FROM STDIN` the last text started: cells in its columns'
+    /// order, of their types (integers, timestamps as µs and dates as days as `Int`; text,
+    /// uuid, floats and decimals as `Text`; `Bool`; bytea as `Bytes`). Answers `COPY n`; outside
+    /// a block the rows are committed before it returns. A bad row refuses the whole COPY.
+    pub async fn copy_in(&mut self, rows: Vec<Vec<Value>>) -> Result<Output> {
+        let Some((rel, targets, implicit)) = self.copy.take() else {
+            return Err(SqlError::new(
+                "08P01",
+                "no COPY ... FROM STDIN is waiting for rows",
+            ));
+        };
+        let n = rows.len();
+        let r = self
+            .with_txn(async |txn| {
+                for (i, row) in rows.into_iter().enumerate() {
+                    if row.len() != targets.len() {
+                        return Err(SqlError::new(
+                            "22P04",
+                            format!(
+                                "COPY row {} has {} values, the COPY names {} columns",
+                                i + 1,
+                                row.len(),
+                                targets.len()
+                            ),
+                        ));
+                    }
+                    let mut cells = vec![Value::Null; rel.columns.len()];
+                    for (v, t) in row.into_iter().zip(&targets) {
+                        cells[*t] = v;
+                    }
+                    txn.insert(&rel, cells).await?;
+                }
+                Ok(())
+            })
+            .await;
+        let r = match r {
+            Ok(()) if implicit => self.commit_txn().await,
+            other => other,
+        };
+        match r {
+            Ok(()) => Ok(Output::Command(format!("COPY {n}"))),
+            Err(e) => {
+                if implicit {
+                    self.drop_txn().await;
+                } else {
+                    self.status = Status::Failed;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// What the statement that began at `started` spent outside the phases it timed itself
+    /// goes to [`Phase::Execute`].
+    fn account_statement(&self, before: &PhaseSnapshot, started: Instant) {
+        let total = started.elapsed().as_nanos() as u64;
+        let d = self.shared.phases.snapshot().since(before);
+        let timed: u64 = [Phase::Plan, Phase::Optimize, Phase::Storage, Phase::Commit]
+            .iter()
+            .map(|p| d.get(*p))
+            .sum();
+        self.shared
+            .phases
+            .add(Phase::Execute, total.saturating_sub(timed));
+        self.shared.phases.statement();
+    }
+
+    /// How many statements (or an INSERT's VALUES) this session ran on the direct path.
+    pub fn direct_runs(&self) -> u64 {
+        self.shared.direct_runs.load(Ordering::Relaxed)
+    }
+
+    /// Where this session's statement time has gone so far.
+    pub fn phases(&self) -> PhaseSnapshot {
+        self.shared.phases.snapshot()
+    }
+
+    /// Give up a waiting `COPY ... FROM STDIN` (the client sent CopyFail): nothing of it lands,
+    /// and a block it ran in is aborted, as in PostgreSQL.
+    pub async fn copy_fail(&mut self, why: &str) -> SqlError {
+        if let Some((_, _, implicit)) = self.copy.take() {
+            if implicit {
+                self.drop_txn().await;
+            } else {
+                self.status = Status::Failed;
+            }
+        }
+        SqlError::new("57014", format!("COPY from stdin failed: {why}"))
+    }
+
+    /// Run `sql` and return its last result, failing on the first error (for tests and the
+    /// shell).
+    pub async fn run(&mut self, sql: &str) -> Result<Output> {
+        let mut last = None;
+        for r in self.execute(sql).await {
+            last = Some(r?);
+        }
+        last.ok_or_else(|| SqlError::new(state::SYNTAX_ERROR, "no statement to run"))
+    }
+
+    async fn ensure_txn(&mut self) -> Result<()> {
+        let mut guard = self.shared.txn.lock().await;
+        if guard.is_none() {
+            let txn = self.db.begin().await?;
+            self.shared
+                .txn_start
+                .store((self.clock)(), Ordering::Release);
+            *self
+                .shared
+                .catalog
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = txn.catalog.clone();
+            *guard = Some(txn);
+        }
+        Ok(())
+    }
+
+    async fn drop_txn(&mut self) {
+        self.temp_tables.clear();
+        self.shared.txn.lock().await.take();
+        *self
+            .shared
+            .catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = self.db.catalog();
+    }
+
+    async fn commit_txn(&mut self) -> Result<()> {
+        let temps = std::mem::take(&mut self.temp_tables);
+        let mut txn = self.shared.txn.lock().await.take();
+        if let Some(t) = txn.as_mut() {
+            // Temporary tables ON COMMIT DROP: created and dropped in this transaction, so
+            // none of them reaches the store.
+            for (schema, name) in temps {
+                if let Ok(rel) = t.catalog.table(&schema, &name) {
+                    t.discard_created(&rel);
+                }
+            }
+        }
+        let committing = Instant::now();
+        let r = match txn {
+            Some(t) => t.commit().await,
+            None => Ok(()),
+        };
+        self.shared.phases.since(Phase::Commit, committing);
+        *self
+            .shared
+            .catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = self.db.catalog();
+        r
+    }
+
+    async fn statement(&mut self, mut stmt: Statement) -> Result<Output> {
+        rewrite_casts(&mut stmt)?;
+        match (&stmt, self.status) {
+            (Statement::Rollback { .. }, _) => {
+                self.drop_txn().await;
+                self.status = Status::Idle;
+                return Ok(Output::Command("ROLLBACK".into()));
+            }
+            (Statement::Commit { .. }, Status::Failed) => {
+                self.drop_txn().await;
+                self.status = Status::Idle;
+                return Ok(Output::Command("ROLLBACK".into()));
+            }
+            (_, Status::Failed) => {
+                return Err(SqlError::new(
+                    state::IN_FAILED_TRANSACTION,
+                    "current transaction is aborted, commands ignored until end of transaction \
+                     block",
+                ))
+            }
+            (Statement::StartTransaction { modes, .. }, _) => {
+                // Inside a block PostgreSQL only warns; the block goes on.
+                self.ensure_txn().await?;
+                if modes.iter().any(|m| {
+                    matches!(
+                        m,
+                        TransactionMode::AccessMode(TransactionAccessMode::ReadOnly)
+                    )
+                }) {
+                    if let Some(t) = self.shared.txn.lock().await.as_mut() {
+                        t.read_only = true;
+                    }
+                }
+                self.status = Status::InBlock;
+                return Ok(Output::Command("BEGIN".into()));
+            }
+            (Statement::Commit { .. }, _) => {
+                self.status = Status::Idle;
+                self.commit_txn().await?;
+                return Ok(Output::Command("COMMIT".into()));
+            }
+            _ => {}
+        }
+        match stmt {
+            Statement::Set(_) => Ok(Output::Command("SET".into())),
+            Statement::Discard { .. } => {
+                self.drop_txn().await;
+                self.status = Status::Idle;
+                Ok(Output::Command("DISCARD ALL".into()))
+            }
+            Statement::Query(q) => {
+                self.ensure_txn().await?;
+                match *q.body {
+                    SetExpr::Update(ref u) => {
+                        let with = q.with.as_ref().map(|w| format!("{w} "));
+                        self.update(u, with.unwrap_or_default()).await
+                    }
+                    SetExpr::Delete(ref d) => {
+                        let with = q.with.as_ref().map(|w| format!("{w} "));
+                        self.delete(d, with.unwrap_or_default()).await
+                    }
+                    _ => {
+                        if calls_function(&q, "pg_database_size") {
+                            let n = self.with_txn(async |t| t.stored_bytes().await).await?;
+                            self.shared.database_size.store(n, Ordering::Release);
+                        }
+                        let (schema, batches) = self.query(*q).await?;
+                        Ok(Output::Rows { schema, batches })
+                    }
+                }
+            }
+            Statement::Insert(_) => {
+                self.ensure_txn().await?;
+                self.insert(&stmt).await
+            }
+            Statement::Update(_) => {
+                self.ensure_txn().await?;
+                self.update(&stmt, String::new()).await
+            }
+            Statement::Delete(_) => {
+                self.ensure_txn().await?;
+                self.delete(&stmt, String::new()).await
+            }
+            Statement::CreateTable(_) | Statement::CreateSchema { .. } | Statement::Drop { .. } => {
+                self.ensure_txn().await?;
+                self.ddl(stmt).await
+            }
+            // `COPY table [(columns)] TO STDOUT` is the query of those columns, rows in the
+            // table's own order, as in PostgreSQL.
+            Statement::Copy {
+                source,
+                to: true,
+                target: CopyTarget::Stdout,
+                options,
+                legacy_options,
+                ..
+            } => {
+                let format = copy_format(&options, &legacy_options)?;
+                self.ensure_txn().await?;
+                let q = match source {
+                    CopySource::Query(q) => q,
+                    CopySource::Table {
+                        table_name,
+                        columns,
+                    } => {
+                        self.table(&table_name)?;
+                        let list = if columns.is_empty() {
+                            "*".to_string()
+                        } else {
+                            columns
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        };
+                        let sql = format!("SELECT {list} FROM {table_name}");
+                        match Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+                            .map_err(|e| SqlError::new(state::SYNTAX_ERROR, e.to_string()))?
+                            .pop()
+                        {
+                            Some(Statement::Query(q)) => q,
+                            _ => return Err(SqlError::internal(format!("{sql} is not a query"))),
+                        }
+                    }
+                };
+                let (schema, batches) = self.query(*q).await?;
+                Ok(Output::CopyOut {
+                    schema,
+                    batches,
+                    format,
+                })
+            }
+            Statement::Copy {
+                source:
+                    CopySource::Table {
+                        table_name,
+                        columns,
+                    },
+                to: false,
+                target: CopyTarget::Stdin,
+                options,
+                legacy_options,
+                ..
+            } => {
+                let format = copy_format(&options, &legacy_options)?;
+                self.ensure_txn().await?;
+                let rel = self.table(&table_name)?;
+                let targets: Vec<usize> = if columns.is_empty() {
+                    (0..rel.columns.len()).collect()
+                } else {
+                    columns
+                        .iter()
+                        .map(|c| rel.column_index(&fold(c)))
+                        .collect::<Result<_>>()?
+                };
+                let cols = targets
+                    .iter()
+                    .map(|i| (rel.columns[*i].name.clone(), rel.columns[*i].ty))
+                    .collect();
+                self.copy = Some((rel, targets, false));
+                Ok(Output::CopyIn {
+                    columns: cols,
+                    format,
+                })
+            }
+            other => Err(SqlError::unsupported(format!(
+                "RockLake's SQL layer does not run this statement: {}",
+                first_words(&other.to_string())
+            ))),
+        }
+    }
+
+    async fn with_txn<T>(&self, f: impl AsyncFnOnce(&mut Txn) -> Result<T>) -> Result<T> {
+        let mut guard = self.shared.txn.lock().await;
+        let txn = guard
+            .as_mut()
+            .ok_or_else(|| SqlError::internal("no transaction"))?;
+        f(txn).await
+    }
+
+    fn table(&self, name: &ObjectName) -> Result<Arc<RelDef>> {
+        let (s, t) = split_name(name)?;
+        let cat = self
+            .shared
+            .catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        cat.table(&s, &t)
+    }
+}
+
+/// The first words of a statement, to name it in an error.
+fn first_words(s: &str) -> String {
+    let w: Vec<&str> = s.split_whitespace().take(4).collect();
+    w.join(" ")
+}

@@ -1,0 +1,250 @@
+//! Queries: the direct path where a statement has its shape, DataFusion's planner for the
+//! rest, and the rows an UPDATE or DELETE names.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
+use datafusion::physical_plan::collect;
+use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Statement};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use super::Session;
+use crate::colnames::{pg_column_names, rename_columns};
+use crate::direct::{self, DirectMode};
+use crate::error::{Result, SqlError};
+use crate::phases::Phase;
+use crate::relation::KEY_COLUMN;
+use crate::rewrite::{mentions_ctid, strip_collate};
+impl Session {
+    /// Plan and run a query: a single-table read on the direct path, anything else through
+    /// DataFusion.
+    pub(super) async fn query(&self, mut q: Query) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let ctid = mentions_ctid(&q);
+        strip_collate(&mut q);
+        let names = pg_column_names(&q);
+        if !ctid && self.direct != DirectMode::Off {
+            if let Some(out) = self.direct_select(&q).await {
+                if self.direct == DirectMode::Check {
+                    let general = self
+                        .plan_and_collect(Statement::Query(Box::new(q)), false, false)
+                        .await?;
+                    same_answer("a SELECT", &out, &general, true)?;
+                }
+                return rename_columns(out.0, out.1, &names);
+            }
+        }
+        let (schema, batches) = self
+            .plan_and_collect(Statement::Query(Box::new(q)), ctid, false)
+            .await?;
+        rename_columns(schema, batches, &names)
+    }
+
+    /// `q` on the direct path, when it is of its shape and it can finish it.
+    pub(super) async fn direct_select(&self, q: &Query) -> Option<(SchemaRef, Vec<RecordBatch>)> {
+        let planning = Instant::now();
+        let catalog = self.shared.current_catalog();
+        let plan = direct::select_shape(q, &catalog, self.nulls);
+        self.shared.phases.since(Phase::Plan, planning);
+        let plan = plan?;
+        let guard = self.shared.txn.lock().await;
+        let txn = guard.as_ref()?;
+        let (out, read) = direct::select(&self.direct_state, txn, &plan, &self.shared.phases)
+            .await
+            .ok()??;
+        self.shared
+            .pairs_read
+            .fetch_add(read as u64, Ordering::Relaxed);
+        self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
+        Some(out)
+    }
+
+    /// The batch a direct UPDATE or DELETE changes: the storage key of every row it names,
+    /// then each SET value (the shape [`Session::select_targets`] answers); `None` when the
+    /// statement is not of the direct path's shapes or the path cannot finish it.
+    pub(super) async fn direct_targets(
+        &self,
+        target: &direct::Target,
+        selection: Option<&Expr>,
+        set: &[&Expr],
+    ) -> Option<RecordBatch> {
+        let guard = self.shared.txn.lock().await;
+        let txn = guard.as_ref()?;
+        let (m, read) = direct::matching(
+            &self.direct_state,
+            txn,
+            target,
+            selection,
+            &self.shared.phases,
+        )
+        .await
+        .ok()??;
+        drop(guard);
+        self.shared
+            .pairs_read
+            .fetch_add(read as u64, Ordering::Relaxed);
+        let values = direct::evaluate(&self.direct_state, &m, set).ok()??;
+        self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
+        let keys: ArrayRef = Arc::new(BinaryArray::from_iter_values(
+            m.rows.iter().map(|r| r.key.as_ref()),
+        ));
+        let mut fields = vec![Field::new(KEY_COLUMN, DataType::Binary, false)];
+        let mut columns = vec![keys];
+        for (i, v) in values.into_iter().enumerate() {
+            fields.push(Field::new(
+                format!("__rocklake_set_{i}"),
+                v.data_type().clone(),
+                true,
+            ));
+            columns.push(v);
+        }
+        RecordBatch::try_new_with_options(
+            Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
+            columns,
+            &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(m.rows.len())),
+        )
+        .ok()
+    }
+
+    pub(super) async fn plan_and_collect(
+        &self,
+        stmt: Statement,
+        ctid: bool,
+        key: bool,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        // One copy of DataFusion's session state serves planning and execution (each
+        // `SessionContext::state()` clones every function registry).
+        let state = self.ctx.state();
+        let phases = &self.shared.phases;
+        self.shared.expose_ctid.store(ctid, Ordering::Release);
+        self.shared.expose_key.store(key, Ordering::Release);
+        let planning = Instant::now();
+        let planned = state
+            .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                stmt,
+            )))
+            .await;
+        phases.since(Phase::Plan, planning);
+        self.shared.expose_ctid.store(false, Ordering::Release);
+        self.shared.expose_key.store(false, Ordering::Release);
+        let plan = planned?;
+        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let optimizing = Instant::now();
+        let storage_before = phases.snapshot().get(Phase::Storage);
+        let physical = state.create_physical_plan(&plan).await;
+        let storage = phases.snapshot().get(Phase::Storage) - storage_before;
+        phases.add(
+            Phase::Optimize,
+            (optimizing.elapsed().as_nanos() as u64).saturating_sub(storage),
+        );
+        let batches = collect(physical?, state.task_ctx()).await?;
+        Ok((schema, batches))
+    }
+
+    /// The rows an UPDATE or DELETE changes: the direct path's batch when it has one (checked
+    /// against DataFusion's in [`DirectMode::Check`]), else DataFusion's answer to `sql`.
+    pub(super) async fn targets_or_general(
+        &self,
+        direct: Option<RecordBatch>,
+        sql: &str,
+        ctid: bool,
+        what: &str,
+    ) -> Result<Vec<RecordBatch>> {
+        match direct {
+            Some(b) => {
+                if self.direct == DirectMode::Check {
+                    let general = self.select_targets(sql, ctid).await?;
+                    same_rows(what, std::slice::from_ref(&b), &general)?;
+                }
+                Ok(vec![b])
+            }
+            None => self.select_targets(sql, ctid).await,
+        }
+    }
+
+    /// The rows of an `INSERT ... VALUES` on the direct path, when it can evaluate them.
+    pub(super) fn direct_values(&self, source: &Query) -> Option<RecordBatch> {
+        if !direct::bare_body(source, false) {
+            return None;
+        }
+        let SetExpr::Values(values) = source.body.as_ref() else {
+            return None;
+        };
+        let planning = Instant::now();
+        let out = direct::values(&self.direct_state, values).ok()?;
+        self.shared.phases.since(Phase::Plan, planning);
+        if out.is_some() {
+            self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Plan a SELECT built from parts of an UPDATE or DELETE (displayed back to SQL by the
+    /// parser, then parsed again as one query).
+    pub(super) async fn select_targets(&self, sql: &str, ctid: bool) -> Result<Vec<RecordBatch>> {
+        let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .map_err(|e| SqlError::internal(format!("planning {sql}: {e}")))?;
+        let Some(Statement::Query(mut q)) = stmts.pop() else {
+            return Err(SqlError::internal(format!("planning {sql}: not a query")));
+        };
+        strip_collate(&mut q);
+        let (_, batches) = self
+            .plan_and_collect(Statement::Query(q), ctid, true)
+            .await?;
+        Ok(batches)
+    }
+}
+
+/// Refuse an answer of the direct path that is not DataFusion's ([`DirectMode::Check`]):
+/// the same columns (names, types, PostgreSQL types) when `schema`, and the same rows in the
+/// same order.
+pub(super) fn same_answer(
+    what: &str,
+    direct: &(SchemaRef, Vec<RecordBatch>),
+    general: &(SchemaRef, Vec<RecordBatch>),
+    schema: bool,
+) -> Result<()> {
+    if schema && direct.0 != general.0 {
+        return Err(SqlError::internal(format!(
+            "the direct path's columns of {what} differ from DataFusion's: {:?} against {:?}",
+            direct.0, general.0
+        )));
+    }
+    same_rows(what, &direct.1, &general.1)
+}
+
+/// The rows of two answers, column by column (types included), in order.
+pub(super) fn same_rows(what: &str, direct: &[RecordBatch], general: &[RecordBatch]) -> Result<()> {
+    let rows = |b: &[RecordBatch]| b.iter().map(|b| b.num_rows()).sum::<usize>();
+    let (nd, ng) = (rows(direct), rows(general));
+    let width = |b: &[RecordBatch]| b.first().map(|b| b.num_columns());
+    let columns = |b: &[RecordBatch], j: usize| -> Result<ArrayRef> {
+        let parts: Vec<&dyn Array> = b.iter().map(|b| b.column(j).as_ref()).collect();
+        Ok(datafusion::arrow::compute::concat(&parts)?)
+    };
+    let differ = |why: String| {
+        SqlError::internal(format!(
+            "the direct path's answer to {what} differs from DataFusion's: {why}"
+        ))
+    };
+    if nd != ng {
+        return Err(differ(format!("{nd} rows against {ng}")));
+    }
+    if nd == 0 {
+        return Ok(());
+    }
+    let (wd, wg) = (width(direct), width(general));
+    if wd != wg {
+        return Err(differ(format!("{wd:?} columns against {wg:?}")));
+    }
+    for j in 0..wd.unwrap_or(0) {
+        let (a, b) = (columns(direct, j)?, columns(general, j)?);
+        if a.as_ref() != b.as_ref() {
+            return Err(differ(format!("column {j}: {a:?} against {b:?}")));
+        }
+    }
+    Ok(())
+}
