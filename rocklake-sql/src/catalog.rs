@@ -16,7 +16,7 @@ use crate::relation::{ColumnDef, Layout, RelDef};
 use crate::types::{Elem, SqlType};
 
 /// Schemas and tables, as of some snapshot (shared, copied on change).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Catalog {
     /// Schema name → relation id of its definition.
     pub schemas: BTreeMap<String, u64>,

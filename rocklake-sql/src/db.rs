@@ -2,6 +2,7 @@
 //! transactions begin.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -20,6 +21,11 @@ use crate::relation::RelDef;
 pub struct Database {
     keyspace: Keyspace,
     catalog: RwLock<Arc<Catalog>>,
+    /// Held while a catalog is installed after a DDL commit or read again, so that an older
+    /// read never replaces a newer catalog.
+    installing: tokio::sync::Mutex<()>,
+    /// How many times the catalog was read whole from the store.
+    loads: AtomicU64,
     /// Per relation id: the next tuple number (`ctid`), found on first use from the largest
     /// stored one (tuple numbers are positions, not identities: like PostgreSQL's, a number
     /// whose row version is gone may be given again after a restart).
@@ -43,6 +49,8 @@ impl Database {
         let db = Arc::new(Database {
             keyspace,
             catalog: RwLock::new(Arc::new(catalog)),
+            installing: tokio::sync::Mutex::new(()),
+            loads: AtomicU64::new(1),
             tuples: tokio::sync::Mutex::new(HashMap::new()),
         });
         if fresh && db.keyspace.epoch().is_some() {
@@ -75,11 +83,43 @@ impl Database {
             .clone()
     }
 
-    /// Read the catalog again from the store (after a commit that changed it).
+    /// Read the catalog again from the store.
     pub async fn reload_catalog(&self) -> Result<()> {
+        let _installing = self.installing.lock().await;
+        self.load_and_install().await
+    }
+
+    async fn load_and_install(&self) -> Result<()> {
         let c = load_catalog(self.keyspace.backend().as_ref()).await?;
+        self.loads.fetch_add(1, Ordering::Relaxed);
         *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(c);
         Ok(())
+    }
+
+    /// After a commit that changed the catalog: `committed`, the committing transaction's own
+    /// catalog, becomes the shared one when the transaction began from the shared one (`base`,
+    /// so no other DDL landed since); otherwise the catalog is read again from the store, which
+    /// holds both. Reading every definition again on each DDL commit cost time in proportion to
+    /// the number of tables (DuckLake creates a table per inlined-data version).
+    pub async fn install_catalog(
+        &self,
+        base: &Arc<Catalog>,
+        committed: Arc<Catalog>,
+    ) -> Result<()> {
+        let _installing = self.installing.lock().await;
+        {
+            let mut current = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            if Arc::ptr_eq(&current, base) {
+                *current = committed;
+                return Ok(());
+            }
+        }
+        self.load_and_install().await
+    }
+
+    /// How many times the catalog has been read whole from the store (once on open).
+    pub fn catalog_loads(&self) -> u64 {
+        self.loads.load(Ordering::Relaxed)
     }
 
     /// The next tuple number of `rel`.

@@ -24,7 +24,8 @@
 #![warn(missing_docs)]
 
 // The modules in layers, lowest first: a module uses modules of its own group or of groups
-// above it, never below, and no two modules use each other (`tests/layers.rs` holds to both).
+// listed before it, never after, and no two modules use each other (`tests/layers.rs` holds
+// to both).
 
 // Values: errors, timing, column types and PostgreSQL's names for them.
 pub mod error;

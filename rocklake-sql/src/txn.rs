@@ -44,6 +44,8 @@ pub struct Txn {
     conds: BTreeMap<Bytes, Option<Bytes>>,
     /// Schemas and tables as this transaction sees them.
     pub catalog: Arc<Catalog>,
+    /// The shared catalog this transaction began from.
+    base: Arc<Catalog>,
     /// Whether the transaction changed the catalog.
     pub ddl: bool,
     /// `BEGIN ... READ ONLY`.
@@ -98,6 +100,7 @@ impl Txn {
             view,
             writes: BTreeMap::new(),
             conds: BTreeMap::new(),
+            base: catalog.clone(),
             catalog,
             ddl: false,
             read_only: false,
@@ -429,7 +432,9 @@ impl Txn {
         match ks.commit_batch(batch).await {
             Ok(()) => {
                 if self.ddl {
-                    self.db.reload_catalog().await?;
+                    self.db
+                        .install_catalog(&self.base, self.catalog.clone())
+                        .await?;
                 }
                 Ok(())
             }

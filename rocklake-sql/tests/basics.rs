@@ -562,3 +562,57 @@ async fn casts_of_literals_to_uuid_timetz_and_interval_as_postgresql() {
         db.close().await.unwrap();
     }
 }
+
+/// The catalog as the store holds it, read whole.
+async fn stored_catalog(db: &rocklake_sql::Database) -> rocklake_sql::catalog::Catalog {
+    rocklake_sql::db::load_catalog(db.keyspace().backend().as_ref())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ddl_commit_installs_its_own_catalog_unless_another_landed_first() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        let loads = db.catalog_loads();
+        // Each DDL commit below began from the shared catalog: what it committed becomes the
+        // shared catalog as it is, with no read of every definition again, and it is what the
+        // store holds.
+        for sql in [
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR)",
+            "CREATE SCHEMA s2",
+            "CREATE TABLE s2.u (k VARCHAR PRIMARY KEY, v DOUBLE PRECISION[], at TIMESTAMP WITH TIME ZONE)",
+            "CREATE TABLE ducklake_data_file (data_file_id BIGINT PRIMARY KEY, table_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, path VARCHAR)",
+            "BEGIN; CREATE TEMPORARY TABLE tmp (a INTEGER) ON COMMIT DROP; CREATE TABLE kept (a INTEGER); COMMIT",
+            "DROP TABLE t",
+            "DROP SCHEMA s2 CASCADE",
+        ] {
+            q(&mut s, sql).await;
+            assert_eq!(db.catalog_loads(), loads, "{}: {sql} read the catalog again", store.name);
+            assert_eq!(*db.catalog(), stored_catalog(&db).await, "{}: after {sql}", store.name);
+        }
+        // Another session's DDL lands while this block is open: this block's catalog lacks
+        // it, so its commit reads the catalog again, and both tables are there.
+        let mut other = Session::new(db.clone());
+        q(&mut s, "BEGIN; CREATE TABLE mine (a INTEGER)").await;
+        q(&mut other, "CREATE TABLE theirs (b INTEGER)").await;
+        assert_eq!(db.catalog_loads(), loads, "{}", store.name);
+        q(&mut s, "COMMIT").await;
+        assert_eq!(db.catalog_loads(), loads + 1, "{}", store.name);
+        let cat = db.catalog();
+        for t in ["mine", "theirs", "kept", "ducklake_data_file"] {
+            assert!(
+                cat.table("public", t).is_ok(),
+                "{}: {t} missing",
+                store.name
+            );
+        }
+        assert!(cat.table("public", "tmp").is_err(), "{}", store.name);
+        assert_eq!(*cat, stored_catalog(&db).await, "{}", store.name);
+        // And both sessions see both.
+        assert_eq!(q(&mut other, "SELECT count(*) FROM mine").await, ["0"]);
+        assert_eq!(q(&mut s, "SELECT count(*) FROM theirs").await, ["0"]);
+        db.close().await.unwrap();
+    }
+}

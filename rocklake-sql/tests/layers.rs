@@ -1,7 +1,7 @@
-//! The SQL layer stays layered: `src/lib.rs` lists its modules in groups, lowest first, and
-//! this test holds every module to them. A module may use modules of its own group or of the
-//! groups above it, never one below, and the uses form no ring (two modules of one group that
-//! use each other, or a longer cycle).
+//! The SQL layer stays layered: `src/lib.rs` lists its modules in groups, lowest layer first,
+//! and this test holds every module to them. A module may use modules of its own group or of
+//! groups listed before it, never of a group listed after it, and the uses form no ring (two
+//! modules of one group that use each other, or a longer cycle).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -139,7 +139,7 @@ fn modules_use_only_their_own_layer_and_those_below() {
     println!("{} modules in {} groups", layer.len(), groups.len());
     assert!(
         wrong.is_empty(),
-        "modules that use a lower group: {wrong:#?}"
+        "modules that use a group listed after their own: {wrong:#?}"
     );
     if let Some(ring) = cycle(&graph) {
         panic!("modules that use each other: {}", ring.join(" -> "));
