@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr};
+use datafusion::sql::sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr};
 
 use crate::catalog::fold;
 use crate::error::{Result, SqlError};
@@ -15,7 +15,6 @@ use crate::types::SqlType;
 /// the type's name for a cast of one. `None` where DataFusion's name stands (aliases,
 /// wildcards); an empty list when the projection cannot be lined up with the result.
 pub(crate) fn pg_column_names(q: &Query) -> Vec<Option<String>> {
-    use datafusion::sql::sqlparser::ast::SelectItem;
     let mut body = q.body.as_ref();
     while let SetExpr::SetOperation { left, .. } = body {
         body = left.as_ref();
@@ -40,6 +39,47 @@ pub(crate) fn pg_column_names(q: &Query) -> Vec<Option<String>> {
         return vec![];
     }
     out
+}
+
+/// Give each unaliased result expression that repeats another one's text an alias of its own
+/// (`SELECT NULL, NULL`, `INSERT ... SELECT 1000, 1000`): PostgreSQL allows result columns of
+/// one name, DataFusion refuses a projection whose expressions share one. Call it after
+/// [`pg_column_names`], which still names those columns as PostgreSQL does.
+pub(crate) fn alias_repeated(q: &mut Query) {
+    fn body(b: &mut SetExpr) {
+        match b {
+            SetExpr::Select(s) => {
+                let text = |item: &SelectItem| match item {
+                    SelectItem::UnnamedExpr(e)
+                        if !matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) =>
+                    {
+                        Some(e.to_string())
+                    }
+                    _ => None,
+                };
+                let texts: Vec<Option<String>> = s.projection.iter().map(text).collect();
+                for (i, item) in s.projection.iter_mut().enumerate() {
+                    let Some(t) = &texts[i] else { continue };
+                    if texts.iter().filter(|x| x.as_ref() == Some(t)).count() < 2 {
+                        continue;
+                    }
+                    if let SelectItem::UnnamedExpr(e) = item {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: Ident::new(format!("__rocklake_column_{i}")),
+                        };
+                    }
+                }
+            }
+            SetExpr::SetOperation { left, right, .. } => {
+                body(left);
+                body(right);
+            }
+            SetExpr::Query(inner) => body(&mut inner.body),
+            _ => {}
+        }
+    }
+    body(&mut q.body);
 }
 
 /// An integer constant that fits `integer`: PostgreSQL's type for it (DataFusion's is

@@ -616,3 +616,44 @@ async fn a_ddl_commit_installs_its_own_catalog_unless_another_landed_first() {
         db.close().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_columns_may_repeat_an_expression_as_in_postgresql() {
+    // PostgreSQL allows `SELECT NULL, NULL` and `INSERT ... SELECT 1000, 1000`; DataFusion
+    // refuses a projection of two expressions of one name unless each gets an alias.
+    let store = &stores()[0];
+    let db = open(store).await;
+    let mut s = Session::new(db.clone());
+    let names = |o: &rocklake_sql::Output| match o {
+        rocklake_sql::Output::Rows { schema, .. } => schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect::<Vec<_>>(),
+        _ => vec![],
+    };
+    let out = s
+        .run("SELECT NULL, NULL, 1, 1, 'a' || 'b', 'a' || 'b'")
+        .await
+        .unwrap();
+    assert_eq!(names(&out), ["?column?"; 6]);
+    assert_eq!(common::lines(&out), ["NULL|NULL|1|1|ab|ab"]);
+    q(
+        &mut s,
+        "CREATE TABLE t (a BIGINT, b BIGINT, c VARCHAR, d VARCHAR)",
+    )
+    .await;
+    q(&mut s, "INSERT INTO t SELECT 7, 7, NULL, NULL").await;
+    q(
+        &mut s,
+        "INSERT INTO t (a, b) SELECT 1 + 1, 1 + 1 UNION ALL SELECT 3, 3",
+    )
+    .await;
+    assert_eq!(
+        q(&mut s, "SELECT a, b, c, d FROM t ORDER BY a").await,
+        ["2|2|NULL|NULL", "3|3|NULL|NULL", "7|7|NULL|NULL"]
+    );
+    let out = s.run("SELECT a, a FROM t WHERE a = 7").await.unwrap();
+    assert_eq!(names(&out), ["a", "a"]);
+    db.close().await.unwrap();
+}

@@ -14,7 +14,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 use super::write::target_of;
 use super::{Session, Status};
 use crate::catalog::fold;
-use crate::colnames::{pg_column_names, rename_columns};
+use crate::colnames::{alias_repeated, pg_column_names, rename_columns};
 use crate::error::{state, Result, SqlError};
 use crate::rewrite::{max_placeholder, mentions_ctid, placeholder_number, strip_collate};
 use crate::types::SqlType;
@@ -51,6 +51,7 @@ impl Session {
         let ctid = mentions_ctid(&q);
         strip_collate(&mut q);
         let col_names = pg_column_names(&q);
+        alias_repeated(&mut q);
         let stmt_for_casts = Statement::Query(q.clone());
         self.shared.expose_ctid.store(ctid, Ordering::Release);
         let planned = self

@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use super::Session;
-use crate::colnames::{pg_column_names, rename_columns};
+use crate::colnames::{alias_repeated, pg_column_names, rename_columns};
 use crate::direct::{self, DirectMode};
 use crate::error::{Result, SqlError};
 use crate::phases::Phase;
@@ -26,6 +26,7 @@ impl Session {
         let ctid = mentions_ctid(&q);
         strip_collate(&mut q);
         let names = pg_column_names(&q);
+        alias_repeated(&mut q);
         if !ctid && self.direct != DirectMode::Off {
             if let Some(out) = self.direct_select(&q).await {
                 if self.direct == DirectMode::Check {
