@@ -368,6 +368,7 @@ impl SimpleQueryHandler for Conn {
             tracing::debug!(peer = %self.peer, sql = %sql, "query");
             let started = std::time::Instant::now();
             let phases = session.phases();
+            let rows_before = session.rows_read();
             let cancel = match client.session_extensions().get::<Arc<ConnectionHandle>>() {
                 Some(h) => Some(h.start_query().await),
                 None => None,
@@ -387,6 +388,8 @@ impl SimpleQueryHandler for Conn {
             // Where this message's time went in the SQL layer (`RUST_LOG=rocklake_server=debug`).
             tracing::debug!(
                 peer = %self.peer,
+                micros = started.elapsed().as_micros() as u64,
+                rows_read = session.rows_read() - rows_before,
                 phases = %session.phases().since(&phases).render(1),
                 "query phases"
             );
