@@ -439,3 +439,176 @@ pub(crate) fn rewrite_casts(stmt: &mut Statement) -> Result<()> {
     });
     failed.map_or(Ok(()), Err)
 }
+
+/// `WITH v(c1, ...) AS (VALUES ...) UPDATE t SET ... FROM v WHERE ...` (how DuckLake updates a
+/// table's column statistics on every commit) as one single-table UPDATE per VALUES row, each
+/// with that row's values in place of `v`'s columns, so that each can read only the key range
+/// its WHERE names instead of joining the whole table. `None` (the statement stays whole, for
+/// DataFusion) unless the rewrite keeps PostgreSQL's meaning:
+/// - one CTE, not recursive, of a bare `VALUES` list of constants, its columns named, each
+///   column's values of one kind (numbers, strings, booleans, one cast; NULL anywhere), as
+///   PostgreSQL would type them;
+/// - the FROM is that CTE alone, and no subquery anywhere;
+/// - every column name the SET and WHERE use is the CTE's or the target's, not both (PostgreSQL
+///   calls a name of both ambiguous), and the CTE's are qualified, if at all, by its name.
+///
+/// The caller must still refuse the rewrite when two rows of the list update one row (PostgreSQL
+/// then uses one of them; the rewrite would apply both).
+pub(crate) fn update_per_values_row(
+    with: &datafusion::sql::sqlparser::ast::With,
+    u: &datafusion::sql::sqlparser::ast::Update,
+    rel: &RelDef,
+) -> Option<Vec<datafusion::sql::sqlparser::ast::Update>> {
+    use datafusion::sql::sqlparser::ast::{TableFactor, UpdateTableFromKind};
+    let [cte] = with.cte_tables.as_slice() else {
+        return None;
+    };
+    if with.recursive || cte.from.is_some() || cte.alias.columns.is_empty() {
+        return None;
+    }
+    let q = &cte.query;
+    if q.with.is_some()
+        || q.order_by.is_some()
+        || q.limit_clause.is_some()
+        || q.fetch.is_some()
+        || !q.locks.is_empty()
+    {
+        return None;
+    }
+    let SetExpr::Values(values) = q.body.as_ref() else {
+        return None;
+    };
+    let names: Vec<String> = cte
+        .alias
+        .columns
+        .iter()
+        .map(|c| crate::catalog::fold(&c.name))
+        .collect();
+    if cte.alias.columns.iter().any(|c| c.data_type.is_some())
+        || values.rows.iter().any(|r| r.len() != names.len())
+        || values.rows.is_empty()
+    {
+        return None;
+    }
+    for j in 0..names.len() {
+        let mut kinds = values.rows.iter().filter_map(|r| constant_kind(&r[j]));
+        let first = kinds.next();
+        if values
+            .rows
+            .iter()
+            .any(|r| constant_kind(&r[j]).is_none() && !is_null(&r[j]))
+            || kinds.any(|k| Some(k) != first.clone())
+        {
+            return None;
+        }
+    }
+    let cte_name = crate::catalog::fold(&cte.alias.name);
+    let Some(UpdateTableFromKind::AfterSet(from) | UpdateTableFromKind::BeforeSet(from)) = &u.from
+    else {
+        return None;
+    };
+    let [twj] = from.as_slice() else { return None };
+    let TableFactor::Table {
+        name, alias, args, ..
+    } = &twj.relation
+    else {
+        return None;
+    };
+    if !twj.joins.is_empty()
+        || args.is_some()
+        || name.0.len() != 1
+        || name.0[0].as_ident().map(crate::catalog::fold) != Some(cte_name.clone())
+        || u.returning.is_some()
+        || u.limit.is_some()
+        || !u.order_by.is_empty()
+    {
+        return None;
+    }
+    let qualifier = match alias {
+        Some(a) if !a.columns.is_empty() => return None,
+        Some(a) => crate::catalog::fold(&a.name),
+        None => cte_name,
+    };
+    let mut out = Vec::with_capacity(values.rows.len());
+    for row in &values.rows {
+        let mut one = u.clone();
+        one.from = None;
+        let mut ok = true;
+        let mut put = |e: &mut Expr| {
+            let _ = visit_expressions_mut(e, |x| {
+                let col = match x {
+                    Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
+                        ok = false;
+                        return ControlFlow::Break(());
+                    }
+                    Expr::Identifier(i) => {
+                        let n = crate::catalog::fold(i);
+                        let in_cte = names.iter().position(|c| *c == n);
+                        if in_cte.is_some() && rel.column_index(&n).is_ok() {
+                            ok = false;
+                            return ControlFlow::Break(());
+                        }
+                        in_cte
+                    }
+                    Expr::CompoundIdentifier(parts) => match parts.as_slice() {
+                        [q, c] if crate::catalog::fold(q) == qualifier => {
+                            let n = crate::catalog::fold(c);
+                            match names.iter().position(|x| *x == n) {
+                                Some(p) => Some(p),
+                                None => {
+                                    ok = false;
+                                    return ControlFlow::Break(());
+                                }
+                            }
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let Some(p) = col {
+                    *x = Expr::Nested(Box::new(row[p].clone()));
+                }
+                ControlFlow::Continue(())
+            });
+        };
+        for a in &mut one.assignments {
+            put(&mut a.value);
+        }
+        if let Some(w) = one.selection.as_mut() {
+            put(w);
+        }
+        if !ok {
+            return None;
+        }
+        out.push(one);
+    }
+    Some(out)
+}
+
+fn is_null(e: &Expr) -> bool {
+    use datafusion::sql::sqlparser::ast::Value as SqlValue;
+    matches!(e, Expr::Value(v) if matches!(v.value, SqlValue::Null))
+}
+
+/// What kind of constant `e` is, for a VALUES column's type: `None` for NULL or anything that
+/// is not a constant.
+fn constant_kind(e: &Expr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{UnaryOperator, Value as SqlValue};
+    match e {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Number(..) => Some("number".into()),
+            SqlValue::SingleQuotedString(_) => Some("string".into()),
+            SqlValue::Boolean(_) => Some("boolean".into()),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => constant_kind(expr).filter(|k| k == "number"),
+        Expr::Nested(inner) => constant_kind(inner),
+        Expr::Cast {
+            expr, data_type, ..
+        } if constant_kind(expr).is_some() || is_null(expr) => Some(format!("cast {data_type}")),
+        _ => None,
+    }
+}

@@ -525,10 +525,7 @@ impl Session {
             Statement::Query(q) => {
                 self.ensure_txn().await?;
                 match *q.body {
-                    SetExpr::Update(ref u) => {
-                        let with = q.with.as_ref().map(|w| format!("{w} "));
-                        self.update(u, with.unwrap_or_default()).await
-                    }
+                    SetExpr::Update(ref u) => self.update(u, q.with.as_ref()).await,
                     SetExpr::Delete(ref d) => {
                         let with = q.with.as_ref().map(|w| format!("{w} "));
                         self.delete(d, with.unwrap_or_default()).await
@@ -549,7 +546,7 @@ impl Session {
             }
             Statement::Update(_) => {
                 self.ensure_txn().await?;
-                self.update(&stmt, String::new()).await
+                self.update(&stmt, None).await
             }
             Statement::Delete(_) => {
                 self.ensure_txn().await?;

@@ -6,18 +6,19 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use datafusion::arrow::array::{ArrayRef, BinaryArray, RecordBatch};
 use datafusion::sql::sqlparser::ast::{
-    AssignmentTarget, Expr, FromTable, ObjectName, Statement, TableFactor, TableObject,
-    UpdateTableFromKind,
+    AssignmentTarget, Expr, FromTable, ObjectName, Statement, TableFactor, TableObject, Update,
+    UpdateTableFromKind, With,
 };
 use rocklake_core::values::Value;
 
 use super::query::same_rows;
 use super::{Output, Session};
 use crate::catalog::fold;
+use crate::catalog::Catalog;
 use crate::direct::{self, DirectMode};
 use crate::error::{state, Result, SqlError};
 use crate::relation::{RelDef, StoredRow, KEY_COLUMN};
-use crate::rewrite::{cast_values_to_targets, mentions_ctid_stmt};
+use crate::rewrite::{cast_values_to_targets, mentions_ctid_stmt, update_per_values_row};
 use crate::txn::Txn;
 impl Session {
     pub(super) async fn insert(&mut self, stmt: &Statement) -> Result<Output> {
@@ -103,7 +104,7 @@ impl Session {
         Ok(Output::Command(format!("INSERT 0 {n}")))
     }
 
-    pub(super) async fn update(&mut self, stmt: &Statement, with: String) -> Result<Output> {
+    pub(super) async fn update(&mut self, stmt: &Statement, with: Option<&With>) -> Result<Output> {
         let Statement::Update(u) = stmt else {
             return Err(SqlError::internal("update() needs an UPDATE"));
         };
@@ -115,7 +116,8 @@ impl Session {
         let (name, qual) = target_of(&u.table.relation)?;
         let rel = self.table(&name)?;
         let mut targets = Vec::with_capacity(u.assignments.len());
-        let mut sql = format!("{with}SELECT {qual}.\"{KEY_COLUMN}\"");
+        let with_text = with.map(|w| format!("{w} ")).unwrap_or_default();
+        let mut sql = format!("{with_text}SELECT {qual}.\"{KEY_COLUMN}\"");
         for (i, a) in u.assignments.iter().enumerate() {
             let AssignmentTarget::ColumnName(col) = &a.target else {
                 return Err(SqlError::unsupported("UPDATE ... SET (a, b) = (...)"));
@@ -142,48 +144,30 @@ impl Session {
             sql.push_str(&format!(" WHERE {sel}"));
         }
         let ctid = mentions_ctid_stmt(stmt);
-        let shape = match self.direct {
-            DirectMode::Off => None,
-            _ if ctid || !with.is_empty() => None,
-            _ => direct::update_shape(u, &self.shared.current_catalog()),
+        let catalog = self.shared.current_catalog();
+        let shapes: Option<Vec<std::borrow::Cow<'_, Update>>> = match (self.direct, with) {
+            (DirectMode::Off, _) => None,
+            _ if ctid => None,
+            (_, None) => Some(vec![std::borrow::Cow::Borrowed(u)]),
+            // DuckLake's `WITH v(...) AS (VALUES ...) UPDATE ... FROM v`: one UPDATE per row.
+            (_, Some(w)) => update_per_values_row(w, u, &rel)
+                .map(|each| each.into_iter().map(std::borrow::Cow::Owned).collect()),
         };
-        let direct = match shape {
-            Some(shape) => {
-                let set: Vec<&Expr> = shape.assignments.iter().map(|(_, e)| *e).collect();
-                self.direct_targets(&shape.target, shape.selection, &set)
-                    .await
-            }
+        let direct = match shapes {
+            Some(shapes) => self.direct_update(&shapes, &catalog).await,
             None => None,
         };
-        let batches = self
-            .targets_or_general(direct, &sql, ctid, "an UPDATE")
-            .await?;
-        let mut changes: Vec<(Bytes, Vec<(usize, Value)>)> = Vec::new();
-        let mut seen = HashSet::new();
-        for b in &batches {
-            let keys = key_column(b)?;
-            let arrays: Vec<ArrayRef> = targets
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let col = &rel.columns[*t];
-                    col.ty.coerce(b.column(i + 1), &col.name)
-                })
-                .collect::<Result<_>>()?;
-            for r in 0..b.num_rows() {
-                let key = Bytes::copy_from_slice(keys.value(r));
-                // A row that the FROM list joins more than once is updated once, with the
-                // first match (PostgreSQL uses one of them, unspecified which).
-                if !seen.insert(key.clone()) {
-                    continue;
+        let changes = match direct {
+            Some(batches) => {
+                let changes = changes_of(&rel, &targets, &batches)?;
+                if self.direct == DirectMode::Check {
+                    let general = self.select_targets(&sql, ctid).await?;
+                    same_changes(&changes, &changes_of(&rel, &targets, &general)?)?;
                 }
-                let mut set = Vec::with_capacity(targets.len());
-                for (i, t) in targets.iter().enumerate() {
-                    set.push((*t, rel.columns[*t].ty.cell(arrays[i].as_ref(), r)?));
-                }
-                changes.push((key, set));
+                changes
             }
-        }
+            None => changes_of(&rel, &targets, &self.select_targets(&sql, ctid).await?)?,
+        };
         let n = changes.len();
         self.with_txn(async |txn| {
             for (key, set) in changes {
@@ -198,6 +182,33 @@ impl Session {
         })
         .await?;
         Ok(Output::Command(format!("UPDATE {n}")))
+    }
+
+    /// The rows the UPDATEs `shapes` change, on the direct path: `None` unless every one has
+    /// its shape and no row is named twice (which only several UPDATEs from one statement's
+    /// VALUES rows can do; PostgreSQL updates such a row once).
+    async fn direct_update(
+        &self,
+        shapes: &[std::borrow::Cow<'_, Update>],
+        catalog: &Catalog,
+    ) -> Option<Vec<RecordBatch>> {
+        let mut batches = Vec::with_capacity(shapes.len());
+        let mut seen = HashSet::new();
+        for u in shapes {
+            let shape = direct::update_shape(u, catalog)?;
+            let set: Vec<&Expr> = shape.assignments.iter().map(|(_, e)| *e).collect();
+            let b = self
+                .direct_targets(&shape.target, shape.selection, &set)
+                .await?;
+            let keys = key_column(&b).ok()?;
+            for r in 0..b.num_rows() {
+                if !seen.insert(Bytes::copy_from_slice(keys.value(r))) {
+                    return None;
+                }
+            }
+            batches.push(b);
+        }
+        Some(batches)
     }
 
     pub(super) async fn delete(&mut self, stmt: &Statement, with: String) -> Result<Output> {
@@ -302,4 +313,60 @@ pub(super) fn target_of(f: &TableFactor) -> Result<(ObjectName, String)> {
             "UPDATE/DELETE of {other} (only a table)"
         ))),
     }
+}
+
+/// One row an UPDATE changes: its storage key and (column, new value) per SET.
+type Change = (Bytes, Vec<(usize, Value)>);
+type Changes = Vec<Change>;
+
+/// What an UPDATE writes, from the rows it names (storage key, then each SET value): per row,
+/// the columns it sets, each value cast to its column's type. A row named more than once (a
+/// FROM list that joins it twice) is updated once, with the first match (PostgreSQL uses one
+/// of them, unspecified which).
+fn changes_of(rel: &RelDef, targets: &[usize], batches: &[RecordBatch]) -> Result<Changes> {
+    let mut changes = Vec::new();
+    let mut seen = HashSet::new();
+    for b in batches {
+        let keys = key_column(b)?;
+        let arrays: Vec<ArrayRef> = targets
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let col = &rel.columns[*t];
+                col.ty.coerce(b.column(i + 1), &col.name)
+            })
+            .collect::<Result<_>>()?;
+        for r in 0..b.num_rows() {
+            let key = Bytes::copy_from_slice(keys.value(r));
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            let mut set = Vec::with_capacity(targets.len());
+            for (i, t) in targets.iter().enumerate() {
+                set.push((*t, rel.columns[*t].ty.cell(arrays[i].as_ref(), r)?));
+            }
+            changes.push((key, set));
+        }
+    }
+    Ok(changes)
+}
+
+/// Refuse an UPDATE whose direct path would write other than DataFusion's plan
+/// ([`DirectMode::Check`]): the same rows (in any order) with the same values.
+fn same_changes(direct: &[Change], general: &[Change]) -> Result<()> {
+    let sorted = |c: &[Change]| {
+        let mut v = c.to_vec();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let (d, g) = (sorted(direct), sorted(general));
+    if d != g {
+        return Err(SqlError::internal(format!(
+            "the direct path's UPDATE differs from DataFusion's: {} rows {d:?} against {} rows \
+             {g:?}",
+            d.len(),
+            g.len()
+        )));
+    }
+    Ok(())
 }
