@@ -224,27 +224,7 @@ pub(crate) fn select_shape<'a>(
     let SetExpr::Select(s) = q.body.as_ref() else {
         return None;
     };
-    let plain_group_by =
-        matches!(&s.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
-    if !s.optimizer_hints.is_empty()
-        || s.distinct.is_some()
-        || s.select_modifiers.is_some()
-        || s.top.is_some()
-        || s.exclude.is_some()
-        || s.into.is_some()
-        || !s.lateral_views.is_empty()
-        || s.prewhere.is_some()
-        || !s.connect_by.is_empty()
-        || !plain_group_by
-        || !s.cluster_by.is_empty()
-        || !s.distribute_by.is_empty()
-        || !s.sort_by.is_empty()
-        || s.having.is_some()
-        || !s.named_window.is_empty()
-        || s.qualify.is_some()
-        || s.value_table_mode.is_some()
-        || s.flavor != SelectFlavor::Standard
-    {
+    if !plain_select(s) {
         return None;
     }
     let target = single_table(&s.from, catalog)?;
@@ -285,6 +265,94 @@ pub(crate) fn select_shape<'a>(
         selection: s.selection.as_ref(),
         order,
     })
+}
+
+/// Whether a SELECT has none of the clauses the direct path leaves to DataFusion (DISTINCT,
+/// GROUP BY, HAVING, windows, dialect extensions).
+fn plain_select(s: &datafusion::sql::sqlparser::ast::Select) -> bool {
+    let plain_group_by =
+        matches!(&s.group_by, GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+    if !s.optimizer_hints.is_empty()
+        || s.distinct.is_some()
+        || s.select_modifiers.is_some()
+        || s.top.is_some()
+        || s.exclude.is_some()
+        || s.into.is_some()
+        || !s.lateral_views.is_empty()
+        || s.prewhere.is_some()
+        || !s.connect_by.is_empty()
+        || !plain_group_by
+        || !s.cluster_by.is_empty()
+        || !s.distribute_by.is_empty()
+        || !s.sort_by.is_empty()
+        || s.having.is_some()
+        || !s.named_window.is_empty()
+        || s.qualify.is_some()
+        || s.value_table_mode.is_some()
+        || s.flavor != SelectFlavor::Standard
+    {
+        return false;
+    }
+    true
+}
+
+/// `SELECT expression [AS name], ...` with no FROM (DuckDB's postgres extension checks a pooled
+/// connection with `SELECT 1`): the one row, evaluated as a one-row `VALUES` list is. Columns
+/// are named by their aliases; unnamed ones get PostgreSQL's names from the caller.
+pub(crate) fn constant_select(
+    state: &SessionState,
+    q: &Query,
+) -> Result<Option<(SchemaRef, Vec<RecordBatch>)>> {
+    if !bare_body(q, false) {
+        return Ok(None);
+    }
+    let SetExpr::Select(s) = q.body.as_ref() else {
+        return Ok(None);
+    };
+    if !s.from.is_empty() || s.selection.is_some() || !plain_select(s) {
+        return Ok(None);
+    }
+    let mut row = Vec::with_capacity(s.projection.len());
+    let mut names = Vec::with_capacity(s.projection.len());
+    for item in &s.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) => {
+                row.push(e.clone());
+                names.push(None);
+            }
+            SelectItem::ExprWithAlias { expr, alias } => {
+                row.push(expr.clone());
+                names.push(Some(fold(alias)));
+            }
+            _ => return Ok(None),
+        }
+    }
+    let list = Values {
+        explicit_row: false,
+        value_keyword: false,
+        rows: vec![datafusion::sql::sqlparser::ast::Parens::with_empty_span(
+            row,
+        )],
+    };
+    let Some(batch) = values(state, &list)? else {
+        return Ok(None);
+    };
+    let fields: Vec<_> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(&names)
+        .enumerate()
+        .map(|(i, (f, n))| {
+            let name = n
+                .clone()
+                .unwrap_or_else(|| format!("__rocklake_constant_{i}"));
+            f.as_ref().clone().with_name(name)
+        })
+        .collect();
+    let schema: SchemaRef = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
+    Ok(Some((schema, vec![batch])))
 }
 
 /// `UPDATE table SET column = expression, ... [WHERE ...]` (no FROM, no RETURNING).

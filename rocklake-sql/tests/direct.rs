@@ -41,6 +41,10 @@ const DIRECT: &[&str] = &[
     "DELETE FROM s2.kv WHERE k = 'nope'",
     "SELECT * FROM stats ORDER BY table_id",
     "SELECT * FROM f ORDER BY data_file_id",
+    // No FROM: DuckDB's check of a pooled connection, and other constants.
+    "SELECT 1",
+    "SELECT 1 AS one, 'x' AS s, NULL, -2.5, CAST('7' AS BIGINT), true, 1 + 2",
+    "SELECT 1, 1",
 ];
 
 /// Statements that must stay with DataFusion (the direct path is not theirs); run to check
@@ -54,6 +58,8 @@ const GENERAL: &[&str] = &[
     "SELECT relname FROM pg_class WHERE relname = 'f'",
     "SELECT ctid, path FROM f",
     "WITH t AS (SELECT 1 AS one) SELECT one FROM t",
+    "SELECT 1 WHERE false",
+    "SELECT DISTINCT 1",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

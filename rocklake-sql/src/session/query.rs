@@ -28,20 +28,36 @@ impl Session {
         let names = pg_column_names(&q);
         alias_repeated(&mut q);
         if !ctid && self.direct != DirectMode::Off {
-            if let Some(out) = self.direct_select(&q).await {
+            let direct = match self.direct_select(&q).await {
+                Some(out) => Some(out),
+                None => self.direct_constant(&q),
+            };
+            if let Some(out) = direct {
+                // Compared as the client sees them: with PostgreSQL's column names.
+                let out = rename_columns(out.0, out.1, &names)?;
                 if self.direct == DirectMode::Check {
-                    let general = self
+                    let (schema, batches) = self
                         .plan_and_collect(Statement::Query(Box::new(q)), false, false)
                         .await?;
+                    let general = rename_columns(schema, batches, &names)?;
                     same_answer("a SELECT", &out, &general, true)?;
                 }
-                return rename_columns(out.0, out.1, &names);
+                return Ok(out);
             }
         }
         let (schema, batches) = self
             .plan_and_collect(Statement::Query(Box::new(q)), ctid, false)
             .await?;
         rename_columns(schema, batches, &names)
+    }
+
+    /// A SELECT of constants without FROM, on the direct path when it can evaluate them.
+    pub(super) fn direct_constant(&self, q: &Query) -> Option<(SchemaRef, Vec<RecordBatch>)> {
+        let planning = Instant::now();
+        let out = direct::constant_select(&self.direct_state, q).ok()??;
+        self.shared.phases.since(Phase::Plan, planning);
+        self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
+        Some(out)
     }
 
     /// `q` on the direct path, when it is of its shape and it can finish it.
