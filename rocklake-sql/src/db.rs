@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
 use rocklake_core::backend::{visit_all, KeyRange, ReadView, WriteBatch};
 use rocklake_core::keys::row_key;
 use rocklake_core::keystone;
@@ -17,6 +19,16 @@ use crate::catalog::{parse_definition, Catalog};
 use crate::error::{Result, SqlError};
 use crate::relation::RelDef;
 
+/// How many answers of system-catalog queries [`Database`] keeps.
+pub const SYSTEM_ANSWERS: usize = 256;
+
+/// One kept answer: the catalog it was computed from, its columns and rows.
+struct SystemAnswer {
+    catalog: Arc<Catalog>,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+}
+
 /// The shared state of every session on one store.
 pub struct Database {
     keyspace: Keyspace,
@@ -26,6 +38,9 @@ pub struct Database {
     installing: tokio::sync::Mutex<()>,
     /// How many times the catalog was read whole from the store.
     loads: AtomicU64,
+    /// Answers of queries that read only the system catalogs, by query text (see
+    /// [`Database::system_answer`]).
+    system_answers: std::sync::Mutex<HashMap<String, SystemAnswer>>,
     /// Per relation id: the next tuple number (`ctid`), found on first use from the largest
     /// stored one (tuple numbers are positions, not identities: like PostgreSQL's, a number
     /// whose row version is gone may be given again after a restart).
@@ -51,6 +66,7 @@ impl Database {
             catalog: RwLock::new(Arc::new(catalog)),
             installing: tokio::sync::Mutex::new(()),
             loads: AtomicU64::new(1),
+            system_answers: std::sync::Mutex::new(HashMap::new()),
             tuples: tokio::sync::Mutex::new(HashMap::new()),
         });
         if fresh && db.keyspace.epoch().is_some() {
@@ -115,6 +131,48 @@ impl Database {
             }
         }
         self.load_and_install().await
+    }
+
+    /// The answer kept for `key` (a query of the system catalogs only, with what else it
+    /// depends on) when it was computed from `catalog` itself: such an answer depends on
+    /// nothing else, and a catalog, once built, never changes.
+    pub fn system_answer(
+        &self,
+        key: &str,
+        catalog: &Arc<Catalog>,
+    ) -> Option<(SchemaRef, Vec<RecordBatch>)> {
+        let answers = self
+            .system_answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let a = answers.get(key)?;
+        Arc::ptr_eq(&a.catalog, catalog).then(|| (a.schema.clone(), a.batches.clone()))
+    }
+
+    /// Keep the answer to `key` computed from `catalog` (at most [`SYSTEM_ANSWERS`] answers:
+    /// all are dropped when the limit is reached, and each is worth keeping only until the
+    /// catalog next changes).
+    pub fn keep_system_answer(
+        &self,
+        key: String,
+        catalog: Arc<Catalog>,
+        answer: (SchemaRef, Vec<RecordBatch>),
+    ) {
+        let mut answers = self
+            .system_answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if answers.len() >= SYSTEM_ANSWERS {
+            answers.clear();
+        }
+        answers.insert(
+            key,
+            SystemAnswer {
+                catalog,
+                schema: answer.0,
+                batches: answer.1,
+            },
+        );
     }
 
     /// How many times the catalog has been read whole from the store (once on open).

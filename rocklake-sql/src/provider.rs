@@ -52,6 +52,8 @@ pub struct Shared {
     pub phases: PhaseTimes,
     /// Statements (or VALUES lists) run on the direct path.
     pub direct_runs: AtomicU64,
+    /// Queries answered from the database's kept answers of system-catalog queries.
+    pub system_answers_reused: AtomicU64,
 }
 
 impl Shared {

@@ -612,3 +612,43 @@ fn constant_kind(e: &Expr) -> Option<String> {
         _ => None,
     }
 }
+
+/// Whether `q` reads `pg_catalog` and `information_schema` tables and nothing else (a bare
+/// name of a table of `catalog`'s `public` would be that table), and calls no function (whose
+/// value could depend on the session or the time): its answer then depends only on the
+/// catalog and the database name.
+pub(crate) fn reads_system_catalogs_only(q: &Query, catalog: &crate::catalog::Catalog) -> bool {
+    use crate::pg_catalog::{INFORMATION_SCHEMA_TABLES, PG_CATALOG_TABLES};
+    let mut any = false;
+    let others = datafusion::sql::sqlparser::ast::visit_relations(q, |name| {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .map(|p| p.as_ident().map(crate::catalog::fold).unwrap_or_default())
+            .collect();
+        let system = match parts.as_slice() {
+            [t] => {
+                PG_CATALOG_TABLES.contains(&t.as_str())
+                    && !catalog
+                        .tables
+                        .contains_key(&("public".to_string(), t.clone()))
+            }
+            [s, t] if s == "pg_catalog" => PG_CATALOG_TABLES.contains(&t.as_str()),
+            [s, t] if s == "information_schema" => INFORMATION_SCHEMA_TABLES.contains(&t.as_str()),
+            _ => false,
+        };
+        any = true;
+        if system {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        }
+    })
+    .is_break();
+    let calls = visit_expressions(q, |e| match e {
+        Expr::Function(_) => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break();
+    any && !others && !calls
+}

@@ -657,3 +657,44 @@ async fn result_columns_may_repeat_an_expression_as_in_postgresql() {
     assert_eq!(names(&out), ["a", "a"]);
     db.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_catalog_answers_are_kept_until_the_catalog_changes() {
+    for store in stores() {
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        let mut other = Session::new(db.clone());
+        const Q: &str = "SELECT relname FROM pg_class JOIN pg_namespace ON relnamespace = pg_namespace.oid WHERE nspname = 'public' ORDER BY relname";
+        q(&mut s, "CREATE TABLE t (a INTEGER)").await;
+        assert_eq!(q(&mut s, Q).await, ["t"], "{}", store.name);
+        assert_eq!(s.system_answers_reused(), 0);
+        // Another session asks the same: the kept answer.
+        assert_eq!(q(&mut other, Q).await, ["t"], "{}", store.name);
+        assert_eq!(other.system_answers_reused(), 1, "{}", store.name);
+        // A new table: a new catalog, so the question is answered again.
+        q(&mut s, "CREATE TABLE u (b INTEGER)").await;
+        assert_eq!(q(&mut other, Q).await, ["t", "u"], "{}", store.name);
+        assert_eq!(other.system_answers_reused(), 1, "{}", store.name);
+        // Inside a block that creates a table, the block's own catalog answers; after its
+        // ROLLBACK the shared one does again.
+        q(&mut s, "BEGIN; CREATE TABLE w (c INTEGER)").await;
+        assert_eq!(q(&mut s, Q).await, ["t", "u", "w"], "{}", store.name);
+        q(&mut s, "ROLLBACK").await;
+        assert_eq!(q(&mut s, Q).await, ["t", "u"], "{}", store.name);
+        assert_eq!(q(&mut s, Q).await, ["t", "u"], "{}", store.name);
+        // (The block's answer took the place of the shared catalog's, so the first of these
+        // two was answered again.)
+        assert_eq!(s.system_answers_reused(), 1, "{}", store.name);
+        // A query that calls a function, or reads a table of its own, is answered every time.
+        for sql in [
+            "SELECT relname, current_database() FROM pg_class WHERE relname = 't'",
+            "SELECT relname FROM pg_class JOIN t ON true",
+        ] {
+            let before = s.system_answers_reused();
+            q(&mut s, sql).await;
+            q(&mut s, sql).await;
+            assert_eq!(s.system_answers_reused(), before, "{}: {sql}", store.name);
+        }
+        db.close().await.unwrap();
+    }
+}

@@ -391,6 +391,12 @@ impl Session {
         self.shared.direct_runs.load(Ordering::Relaxed)
     }
 
+    /// How many of this session's queries of the system catalogs were answered from the
+    /// answers the database keeps (see [`Database::system_answer`]).
+    pub fn system_answers_reused(&self) -> u64 {
+        self.shared.system_answers_reused.load(Ordering::Relaxed)
+    }
+
     /// Where this session's statement time has gone so far.
     pub fn phases(&self) -> PhaseSnapshot {
         self.shared.phases.snapshot()

@@ -18,7 +18,7 @@ use crate::direct::{self, DirectMode};
 use crate::error::{Result, SqlError};
 use crate::phases::Phase;
 use crate::relation::KEY_COLUMN;
-use crate::rewrite::{mentions_ctid, strip_collate};
+use crate::rewrite::{mentions_ctid, reads_system_catalogs_only, strip_collate};
 impl Session {
     /// Plan and run a query: a single-table read on the direct path, anything else through
     /// DataFusion.
@@ -45,10 +45,29 @@ impl Session {
                 return Ok(out);
             }
         }
+        // A query of the system catalogs alone (DuckDB's postgres extension asks several per
+        // connection and per table it looks up) has the same answer until the catalog
+        // changes: the database keeps it.
+        let catalog = self.shared.current_catalog();
+        let key = (!ctid && reads_system_catalogs_only(&q, &catalog))
+            .then(|| format!("{}\0{q}", self.shared.database_name()));
+        if let Some(hit) = key
+            .as_ref()
+            .and_then(|k| self.db.system_answer(k, &catalog))
+        {
+            self.shared
+                .system_answers_reused
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
         let (schema, batches) = self
             .plan_and_collect(Statement::Query(Box::new(q)), ctid, false)
             .await?;
-        rename_columns(schema, batches, &names)
+        let out = rename_columns(schema, batches, &names)?;
+        if let Some(k) = key {
+            self.db.keep_system_answer(k, catalog, out.clone());
+        }
+        Ok(out)
     }
 
     /// A SELECT of constants without FROM, on the direct path when it can evaluate them.
