@@ -32,7 +32,6 @@ is flat), and the large catalog's ratio to PostgreSQL's. Build times are printed
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from bench import timed  # noqa: E402  (median of N timed rounds after one warm-up)
 
 # Rows per generated INSERT ... SELECT: one statement and one commit each.
 CHUNK = 100_000
@@ -59,16 +59,6 @@ def run_sql(dsn, sql):
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     except subprocess.CalledProcessError as e:
         raise SystemExit(f"large_catalog: the catalog refused\n  {sql[:300]}\n{e.stderr}")
-
-
-def timed(fn, rounds):
-    fn(-1)  # warm-up, not timed
-    out = []
-    for i in range(rounds):
-        t0 = time.perf_counter()
-        fn(i)
-        out.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(out)
 
 
 def build(catalog_dsn, attach, ext_dir, tables, files, columns):
