@@ -70,8 +70,8 @@ impl Database {
             tuples: tokio::sync::Mutex::new(HashMap::new()),
         });
         if fresh && db.keyspace.epoch().is_some() {
-            // One batch, on the condition that the definition is still absent (a writer that
-            // opened the store meanwhile wrote its own `public`, and this one is refused).
+            // One batch under a freshly issued relation id, with the "still absent" condition
+            // every new row's key carries (what the transaction this replaces wrote).
             let id = db.issue_relation_id().await?;
             let key = Bytes::from(row_key(tags::RELATION, &[id]));
             let mut batch = WriteBatch::new();
