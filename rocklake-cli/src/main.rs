@@ -172,6 +172,14 @@ enum Command {
         /// PEM private key of --tls-cert.
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<std::path::PathBuf>,
+        /// Sessions open at once (PostgreSQL's max_connections); one more is refused with
+        /// SQLSTATE 53300. Cancel requests always get through.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        max_connections: u32,
+        /// Seconds a client has from connecting to being logged in (PostgreSQL's
+        /// authentication_timeout); then its socket is closed.
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
+        authentication_timeout: u64,
     },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
@@ -230,6 +238,8 @@ async fn main_job(_json: bool) -> CliResult {
         read_only: false,
         data_path: Some(format!("{}/", root.join("data").display())),
         tls: None,
+        max_connections: 100,
+        authentication_timeout: std::time::Duration::from_secs(60),
     })
     .await
 }
@@ -319,6 +329,8 @@ async fn run(command: Command, json: bool) -> CliResult {
             data_path,
             tls_cert,
             tls_key,
+            max_connections,
+            authentication_timeout,
         } => {
             cmd::serve::run(cmd::serve::ServeArgs {
                 url,
@@ -327,6 +339,8 @@ async fn run(command: Command, json: bool) -> CliResult {
                 read_only,
                 data_path,
                 tls: tls_cert.zip(tls_key),
+                max_connections: max_connections as usize,
+                authentication_timeout: std::time::Duration::from_secs(authentication_timeout),
             })
             .await
         }

@@ -2,13 +2,14 @@
 //! file), or — only on a loopback address — `trust`, as PostgreSQL's `pg_hba.conf` would say.
 
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::Sink;
 use pgwire::api::auth::sasl::scram::gen_salted_password;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{AuthSource, LoginInfo, Password, StartupHandler};
-use pgwire::api::ClientInfo;
+use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 
@@ -47,6 +48,8 @@ impl AuthSource for PasswordSource {
 pub(crate) struct Startup {
     pub(crate) trust: TrustStartup,
     pub(crate) scram: Option<SASLAuthStartupHandler<Params>>,
+    /// Set once the client is logged in.
+    pub(crate) login: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 #[async_trait]
@@ -62,8 +65,12 @@ impl StartupHandler for Startup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         match &self.scram {
-            Some(s) => s.on_startup(client, message).await,
-            None => self.trust.on_startup(client, message).await,
+            Some(s) => s.on_startup(client, message).await?,
+            None => self.trust.on_startup(client, message).await?,
         }
+        if matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            self.login.send_replace(true);
+        }
+        Ok(())
     }
 }

@@ -50,7 +50,10 @@ type CopyIn = (Vec<(String, SqlType)>, CopyFormat, BytesMut);
 
 /// The handlers of one connection.
 pub(crate) struct Conn {
-    session: AsyncMutex<Session>,
+    /// Built at the first statement, not when the socket is accepted: a connection that
+    /// has not logged in (or never sends a query) holds no DataFusion context.
+    session: AsyncMutex<Option<Session>>,
+    db: Arc<Database>,
     /// The `COPY ... FROM STDIN` in progress.
     copy: Mutex<Option<CopyIn>>,
     /// The parameter values of each bound portal, converted at Bind.
@@ -61,10 +64,19 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// The connection's session, built on first use.
+    async fn session(&self) -> tokio::sync::MappedMutexGuard<'_, Session> {
+        let guard = self.session.lock().await;
+        tokio::sync::MutexGuard::map(guard, |s: &mut Option<Session>| {
+            s.get_or_insert_with(|| Session::new(self.db.clone()))
+        })
+    }
+
     pub(crate) fn new(db: Arc<Database>, peer: std::net::SocketAddr) -> Conn {
         Conn {
             named: std::sync::atomic::AtomicBool::new(false),
-            session: AsyncMutex::new(Session::new(db)),
+            session: AsyncMutex::new(None),
+            db,
             copy: Mutex::new(None),
             bound: Mutex::new(HashMap::new()),
             peer,
@@ -356,7 +368,7 @@ impl SimpleQueryHandler for Conn {
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let sql = query.query;
-        let mut session = self.session.lock().await;
+        let mut session = self.session().await;
         self.name_database(client, &mut session).await;
         if sql.trim().trim_matches(';').trim().is_empty() {
             client
@@ -462,7 +474,7 @@ impl CopyHandler for Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let taken = self.copy.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let mut session = self.session.lock().await;
+        let mut session = self.session().await;
         let result = match taken {
             None => Err(SqlError::new(
                 "08P01",
@@ -511,7 +523,7 @@ impl CopyHandler for Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.copy.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let mut session = self.session.lock().await;
+        let mut session = self.session().await;
         let e = session.copy_fail(&fail.message).await;
         client.set_transaction_status(status_of(session.status()));
         user_error(&e)
@@ -582,7 +594,7 @@ impl ExtendedQueryHandler for Conn {
             Some(Entry::Value(statement)) => {
                 let portal = Portal::try_new(&message, statement)?;
                 let params = {
-                    let mut session = self.session.lock().await;
+                    let mut session = self.session().await;
                     if let Format::Individual(codes) = &portal.result_column_format {
                         if codes.len() > 1 {
                             let (_, schema) = session
@@ -685,7 +697,7 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let mut session = self.session.lock().await;
+        let mut session = self.session().await;
         self.name_database(client, &mut session).await;
         let (params, schema) = session
             .describe(&target.statement)
@@ -728,7 +740,7 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let mut session = self.session.lock().await;
+        let mut session = self.session().await;
         let (_, schema) = session
             .describe(&target.statement.statement)
             .await
@@ -753,7 +765,7 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let mut session = self.session.lock().await;
+        let mut session = self.session().await;
         let cached = self
             .bound
             .lock()
@@ -991,6 +1003,8 @@ pub(crate) struct Handlers {
     pub(crate) manager: Arc<ConnectionManager>,
     pub(crate) pids: Arc<RandomPidSecretKeyGenerator>,
     pub(crate) password: Option<Arc<crate::auth::PasswordSource>>,
+    /// Told when the client has logged in (the relay's authentication timeout stops).
+    pub(crate) login: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl PgWireServerHandlers for Handlers {
@@ -1016,10 +1030,15 @@ impl PgWireServerHandlers for Handlers {
             scram: self.password.as_ref().map(|p| {
                 let mut scram = ScramAuth::new(p.clone());
                 scram.set_iterations(crate::auth::ITERATIONS);
+                // Each backend its own pid and secret key, so cancel requests reach the
+                // session they name (without a generator every SCRAM login got one pid).
+                let pids: Arc<dyn pgwire::api::PidSecretKeyGenerator> = self.pids.clone();
                 SASLAuthStartupHandler::new(self.params.clone())
                     .with_scram(scram)
                     .with_connection_manager(self.manager.clone())
+                    .with_pid_secret_key_generator(pids)
             }),
+            login: self.login.clone(),
         })
     }
 

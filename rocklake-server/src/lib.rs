@@ -12,9 +12,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use pgwire::api::{ConnectionManager, RandomPidSecretKeyGenerator};
 use pgwire::tokio::tokio_rustls::{self, rustls};
 use rocklake_sql::Database;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 mod auth;
@@ -48,6 +50,14 @@ pub struct ServerOptions {
     /// TLS for clients that ask for it (`sslmode=require`); `None` answers their SSLRequest
     /// with `N`. See [`tls_config`].
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// How many sessions may be open at once (PostgreSQL's `max_connections`, 100); one more
+    /// is refused with `53300`. Cancel requests are always let through. As many sockets
+    /// again may be waiting to send their startup packet; past that the oldest waiting one
+    /// is closed, so silent sockets cannot keep a real client out.
+    pub max_connections: usize,
+    /// How long a client has from connecting to being logged in (PostgreSQL's
+    /// `authentication_timeout`, 60 s); then its socket is closed.
+    pub authentication_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -58,6 +68,8 @@ impl Default for ServerOptions {
             read_only: false,
             grace: Duration::from_secs(5),
             tls: None,
+            max_connections: 100,
+            authentication_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -111,12 +123,6 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
-}
-
-/// What the server shares across its connections.
-#[derive(Debug, Default)]
-pub(crate) struct Shared {
-    connections: AtomicU64,
 }
 
 /// A bound server, ready to [`run`](Server::run).
@@ -180,9 +186,10 @@ impl Server {
             .tls
             .clone()
             .map(tokio_rustls::TlsAcceptor::from);
+        let max = self.options.max_connections.max(1);
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
-        tracing::info!(listen = %self.local_addr(), "serving");
+        tracing::info!(listen = %self.local_addr(), max_connections = max, "serving");
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -197,38 +204,23 @@ impl Server {
                         }
                     };
                     let _ = socket.set_nodelay(true);
-                    let open = shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::debug!(%peer, open, "accepted");
-                    let shared = shared.clone();
-                    let conn = Arc::new(handler::Conn::new(self.db.clone(), peer));
-                    let handlers = handler::Handlers {
-                        conn,
+                    let _ = socket2::SockRef::from(&socket).set_tcp_keepalive(&keepalive());
+                    // Until its startup packet is read a socket holds one descriptor and no
+                    // session; the oldest of too many such sockets is closed.
+                    let waiting = shared.wait(max);
+                    tracing::debug!(%peer, "accepted");
+                    let connection = Connection {
+                        db: self.db.clone(),
+                        shared: shared.clone(),
                         params: params.clone(),
                         manager: manager.clone(),
                         pids: pids.clone(),
                         password: self.password.clone(),
+                        tls: tls.clone(),
+                        max,
+                        deadline: tokio::time::Instant::now() + self.options.authentication_timeout,
                     };
-                    let password = self.password.is_some();
-                    let tls = tls.clone();
-                    tasks.spawn(async move {
-                        // pgwire reads from one end of a socket pair; the relay checks every
-                        // message the client sends before passing it on (see `relay`).
-                        let (outer, inner) = match tokio::net::UnixStream::pair() {
-                            Ok(p) => p,
-                            Err(e) => {
-                                tracing::warn!(%peer, error = %e, "no socket pair for the connection");
-                                return;
-                            }
-                        };
-                        let checked = relay::relay(socket, outer, password, tls);
-                        let served = pgwire::tokio::process_socket_unix(inner, handlers);
-                        let (r, s) = tokio::join!(checked, served);
-                        if let Err(e) = r.and(s) {
-                            tracing::debug!(%peer, error = %e, "connection ended with an error");
-                        }
-                        let open = shared.connections.fetch_sub(1, Ordering::Relaxed) - 1;
-                        tracing::info!(%peer, open, "disconnection");
-                    });
+                    tasks.spawn(connection.serve(socket, peer, waiting));
                 }
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             }
@@ -251,5 +243,160 @@ impl Server {
             tasks.shutdown().await;
         }
         Ok(())
+    }
+}
+
+/// TCP keepalive on every client socket, as PostgreSQL sets it: a peer that vanished
+/// without closing (a crashed machine, a dropped route) is found in about two minutes
+/// rather than the kernel's two hours, and its session and transaction end.
+fn keepalive() -> socket2::TcpKeepalive {
+    socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(60))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(6)
+}
+
+/// One accepted socket and what it needs from the server.
+struct Connection {
+    db: Arc<Database>,
+    shared: Arc<Shared>,
+    params: Arc<handler::Params>,
+    manager: Arc<ConnectionManager>,
+    pids: Arc<RandomPidSecretKeyGenerator>,
+    password: Option<Arc<PasswordSource>>,
+    tls: relay::Tls,
+    max: usize,
+    /// When it must be logged in.
+    deadline: tokio::time::Instant,
+}
+
+impl Connection {
+    async fn serve(self, socket: tokio::net::TcpStream, peer: SocketAddr, waiting: Waiting) {
+        let started = tokio::select! {
+            s = relay::start(socket, &self.tls) => s.ok().flatten(),
+            () = waiting.closed.notified() => {
+                tracing::info!(%peer, "closing a socket that sent no startup packet: too many are waiting");
+                None
+            }
+            () = tokio::time::sleep_until(self.deadline) => {
+                tracing::info!(%peer, "closing a socket that sent no startup packet in time");
+                None
+            }
+        };
+        self.shared.waited(waiting.id);
+        let Some(started) = started else { return };
+        // A cancel request is no session: it always gets through, as in PostgreSQL.
+        let _slot = if started.cancel {
+            None
+        } else {
+            match self.shared.take_slot(self.max) {
+                Some(slot) => Some(slot),
+                None => {
+                    relay::refuse(started.stream, "53300", "sorry, too many clients already").await;
+                    return;
+                }
+            }
+        };
+        // pgwire reads from one end of a socket pair; the relay checks every message the
+        // client sends before passing it on (see `relay`).
+        let (outer, inner) = match tokio::net::UnixStream::pair() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "no socket pair for the connection");
+                relay::refuse(started.stream, "53000", "out of file descriptors").await;
+                return;
+            }
+        };
+        let (login, logged_in) = tokio::sync::watch::channel(false);
+        let handlers = handler::Handlers {
+            conn: Arc::new(handler::Conn::new(self.db.clone(), peer)),
+            params: self.params.clone(),
+            manager: self.manager.clone(),
+            pids: self.pids.clone(),
+            password: self.password.clone(),
+            login: Arc::new(login),
+        };
+        let checked = relay::serve(
+            started.stream,
+            outer,
+            self.password.is_some(),
+            started.first,
+            relay::Login {
+                deadline: self.deadline,
+                done: logged_in,
+            },
+        );
+        let served = pgwire::tokio::process_socket_unix(inner, handlers);
+        let (r, s) = tokio::join!(checked, served);
+        if let Err(e) = r.and(s) {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+        if !started.cancel {
+            tracing::info!(
+                %peer,
+                open = self.shared.sessions.load(Ordering::Relaxed) - 1,
+                "disconnection"
+            );
+        }
+    }
+}
+
+/// What the server shares across its connections.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// Sessions open (past their startup packet; cancel requests are not counted).
+    sessions: AtomicUsize,
+    /// Sockets not yet past their startup packet, oldest first, each with what closes it.
+    waiting: std::sync::Mutex<BTreeMap<u64, Arc<Notify>>>,
+    next_id: AtomicU64,
+}
+
+/// A socket waiting for its startup packet.
+struct Waiting {
+    id: u64,
+    /// Notified when it is closed to make room for newer ones.
+    closed: Arc<Notify>,
+}
+
+/// A session's place among [`ServerOptions::max_connections`], given back on drop.
+struct Slot(Arc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.sessions.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Shared {
+    /// Register a new socket waiting for its startup packet; beyond `max` waiting, the
+    /// oldest is told to close.
+    fn wait(&self, max: usize) -> Waiting {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let closed = Arc::new(Notify::new());
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.insert(id, closed.clone());
+        while waiting.len() > max {
+            if let Some((_, oldest)) = waiting.pop_first() {
+                oldest.notify_one();
+            }
+        }
+        Waiting { id, closed }
+    }
+
+    fn waited(&self, id: u64) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// A place for one more session, unless `max` are open.
+    fn take_slot(self: &Arc<Self>, max: usize) -> Option<Slot> {
+        let taken = self
+            .sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            });
+        taken.ok().map(|_| Slot(self.clone()))
     }
 }

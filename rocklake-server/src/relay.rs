@@ -2,10 +2,12 @@
 //!
 //! pgwire's decoders assume well-formed messages (a Parse or Bind cut short makes them read
 //! past the end of the buffer and panic). So a connection's bytes pass through this relay: it
-//! answers SSLRequest and GSSENCRequest with `N` (no TLS here), checks the startup packet and
-//! each message's layout against the protocol, and hands pgwire only messages it can decode
-//! (over a socket pair). A malformed message ends the connection the way PostgreSQL ends it:
-//! a FATAL ErrorResponse with SQLSTATE 08P01, then close. Other connections go on.
+//! answers SSLRequest (`S` and a TLS handshake when TLS is configured, else `N`) and
+//! GSSENCRequest (`N`), checks the startup packet and each message's layout against the
+//! protocol, and hands pgwire only messages it can decode (over a socket pair). Until the
+//! client has logged in, messages are held to PostgreSQL's small pre-authentication sizes and
+//! the login to its deadline. A malformed message ends the connection the way PostgreSQL ends
+//! it: a FATAL ErrorResponse with SQLSTATE 08P01, then close. Other connections go on.
 
 use std::io;
 
@@ -13,12 +15,20 @@ use pgwire::tokio::tokio_rustls;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
-/// The largest message accepted (PostgreSQL's own limit is 1 GiB; catalog traffic is far
-/// below this).
+/// The largest message accepted once a client has logged in (PostgreSQL's own limit is 1 GiB;
+/// catalog traffic is far below this).
 const MAX_MESSAGE: usize = 256 << 20;
+/// The largest message accepted before authentication: a SASL exchange or a password, as
+/// PostgreSQL's `PG_MAX_AUTH_TOKEN_LENGTH`.
+const MAX_AUTH_MESSAGE: usize = 65_535;
+/// The largest startup packet (PostgreSQL's `MAX_STARTUP_PACKET_LENGTH`).
+const MAX_STARTUP: usize = 10_000;
 const SSL_REQUEST: u32 = 80_877_103;
 const GSSENC_REQUEST: u32 = 80_877_104;
 const CANCEL_REQUEST: u32 = 80_877_102;
+/// A cancel request's length: code, pid and a secret key of 4 (protocol 3.0) to 256 bytes
+/// (protocol 3.2).
+const CANCEL_LENGTHS: std::ops::RangeInclusive<usize> = 16..=12 + 256;
 
 /// Why a message was refused.
 struct Bad(String);
@@ -26,35 +36,66 @@ struct Bad(String);
 /// TLS for connections whose client asks for it (an SSLRequest); `None` answers `N`.
 pub(crate) type Tls = Option<tokio_rustls::TlsAcceptor>;
 
-/// Relay `tcp` to `inner` (pgwire's end) until either side closes.
-pub(crate) async fn relay(
-    mut tcp: TcpStream,
-    inner: UnixStream,
-    password: bool,
-    tls: Tls,
-) -> io::Result<()> {
-    match startup(&mut tcp, &tls).await? {
-        Start::Plain(first) => serve(tcp, inner, password, first).await,
+/// A client's byte stream, plain TCP or TLS over it.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for S {}
+
+/// A connection whose startup packet has been read and checked.
+pub(crate) struct Started {
+    /// The client's stream, inside TLS if it asked for it.
+    pub(crate) stream: Box<dyn Stream>,
+    /// The startup packet (or cancel request), length word and body, for pgwire.
+    pub(crate) first: Vec<u8>,
+    /// A cancel request rather than a session.
+    pub(crate) cancel: bool,
+}
+
+/// Read `tcp`'s startup: SSL/GSS requests, the TLS handshake when one is asked for and
+/// configured, then a startup packet or a cancel request. `None` when the connection ended
+/// or was refused (a FATAL 08P01 already sent).
+pub(crate) async fn start(mut tcp: TcpStream, tls: &Tls) -> io::Result<Option<Started>> {
+    let done = |stream: Box<dyn Stream>, first: Vec<u8>| {
+        let code = u32::from_be_bytes([first[4], first[5], first[6], first[7]]);
+        Some(Started {
+            stream,
+            first,
+            cancel: code == CANCEL_REQUEST,
+        })
+    };
+    match startup(&mut tcp, tls).await? {
+        Start::Plain(first) => Ok(done(Box::new(tcp), first)),
         Start::Tls => {
-            let Some(acceptor) = tls else { return Ok(()) };
+            let Some(acceptor) = tls else { return Ok(None) };
             let mut stream = match acceptor.accept(tcp).await {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::info!(error = %e, "TLS handshake failed");
-                    return Ok(());
+                    return Ok(None);
                 }
             };
             // After the handshake the client starts up again, inside TLS.
             match startup(&mut stream, &None).await? {
-                Start::Plain(first) => serve(stream, inner, password, first).await,
-                Start::Tls | Start::Done => Ok(()),
+                Start::Plain(first) => Ok(done(Box::new(stream), first)),
+                Start::Tls | Start::Done => Ok(None),
             }
         }
-        Start::Done => {
-            // A cancel request: hand it to pgwire and close.
-            Ok(())
-        }
+        Start::Done => Ok(None),
     }
+}
+
+/// Refuse a started connection with a FATAL error (`code`, `message`) and close it.
+pub(crate) async fn refuse(mut stream: Box<dyn Stream>, code: &str, message: &str) {
+    tracing::info!(code, error = %message, "refusing a connection");
+    let _ = stream.write_all(&error_response(code, message)).await;
+    let _ = stream.shutdown().await;
+}
+
+/// How long a connection has to log in, and whether it has.
+pub(crate) struct Login {
+    /// When a connection that has not logged in is closed.
+    pub(crate) deadline: tokio::time::Instant,
+    /// Turns true once the client is authenticated (set by the startup handler).
+    pub(crate) done: tokio::sync::watch::Receiver<bool>,
 }
 
 /// How a connection's startup went.
@@ -75,7 +116,7 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, tls: &Tls) -> io:
             return Ok(Start::Done);
         }
         let len = u32::from_be_bytes(len) as usize;
-        if !(8..=10_000).contains(&len) {
+        if !(8..=MAX_STARTUP).contains(&len) {
             fatal(s, &format!("invalid length of startup packet: {len}")).await?;
             return Ok(Start::Done);
         }
@@ -92,7 +133,7 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, tls: &Tls) -> io:
             SSL_REQUEST | GSSENC_REQUEST if len == 8 => {
                 s.write_all(b"N").await?;
             }
-            CANCEL_REQUEST if len == 16 => return Ok(Start::Plain(packet)),
+            CANCEL_REQUEST if CANCEL_LENGTHS.contains(&len) => return Ok(Start::Plain(packet)),
             c if c >> 16 == 3 => {
                 if let Err(Bad(why)) = startup_params(&body[4..]) {
                     fatal(s, &why).await?;
@@ -113,42 +154,64 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, tls: &Tls) -> io:
 }
 
 /// Pass `first` (the startup packet) and then every checked message on to pgwire, and its
-/// answers back.
-async fn serve<S>(stream: S, inner: UnixStream, password: bool, first: Vec<u8>) -> io::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+/// answers back, until either side closes. A connection that has not logged in by
+/// `login.deadline` is told so and closed, as PostgreSQL's `authentication_timeout` does.
+pub(crate) async fn serve(
+    stream: Box<dyn Stream>,
+    inner: UnixStream,
+    password: bool,
+    first: Vec<u8>,
+    login: Login,
+) -> io::Result<()> {
     let (mut inner_read, mut inner_write) = inner.into_split();
     inner_write.write_all(&first).await?;
     let (mut tcp_read, mut tcp_write) = tokio::io::split(stream);
-    let back = tokio::spawn(async move {
+    let mut back = tokio::spawn(async move {
         let _ = tokio::io::copy(&mut inner_read, &mut tcp_write).await;
         tcp_write
     });
+    let logged_in = login.done.clone();
+    // Completes only if the deadline passes before the login does.
+    let expired = async move {
+        let mut done = login.done;
+        let logged_in = async move { done.wait_for(|d| *d).await.is_ok() };
+        tokio::select! {
+            _ = tokio::time::sleep_until(login.deadline) => {}
+            true = logged_in => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(expired);
     let mut passwords = 0usize;
+    let mut ended = None;
     let refused = loop {
-        let mut head = [0u8; 5];
-        if tcp_read.read_exact(&mut head).await.is_err() {
-            break None;
-        }
+        let limit = if *logged_in.borrow() {
+            MAX_MESSAGE
+        } else {
+            MAX_AUTH_MESSAGE
+        };
+        let message = tokio::select! {
+            m = read_message(&mut tcp_read, limit) => m,
+            // pgwire closed its end (a refused login, its own timeout): nothing to relay.
+            w = &mut back => {
+                ended = Some(w);
+                break None;
+            }
+            () = &mut expired => {
+                break Some(("57014", "canceling authentication due to timeout".to_string()));
+            }
+        };
+        let (head, body) = match message {
+            Ok(Some(m)) => m,
+            Ok(None) => break None,
+            Err(Bad(why)) => break Some(("08P01", why)),
+        };
         let kind = head[0];
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        if !(4..=MAX_MESSAGE).contains(&len) {
-            break Some(format!(
-                "invalid message length {len} (message type {})",
-                shown(kind)
-            ));
-        }
-        let mut body = vec![0u8; len - 4];
-        if tcp_read.read_exact(&mut body).await.is_err() {
-            break None;
-        }
         let first_password = kind == b'p' && passwords == 0 && password;
         if kind == b'p' {
             passwords += 1;
         }
         if let Err(Bad(why)) = check(kind, &body, first_password) {
-            break Some(why);
+            break Some(("08P01", why));
         }
         if inner_write.write_all(&head).await.is_err()
             || inner_write.write_all(&body).await.is_err()
@@ -161,13 +224,42 @@ where
     };
     // pgwire sees the end of its input, finishes what it was sending, and closes.
     let _ = inner_write.shutdown().await;
-    let tcp_write = back.await.ok();
-    if let (Some(why), Some(mut w)) = (refused, tcp_write) {
-        tracing::info!(error = %why, "closing a connection that sent a malformed message");
-        let _ = w.write_all(&error_response(&why)).await;
+    let tcp_write = match ended {
+        Some(w) => w.ok(),
+        None => back.await.ok(),
+    };
+    if let Some(mut w) = tcp_write {
+        if let Some((code, why)) = refused {
+            tracing::info!(code, error = %why, "closing a connection");
+            let _ = w.write_all(&error_response(code, &why)).await;
+        }
         let _ = w.shutdown().await;
     }
     Ok(())
+}
+
+/// Read one message (type byte, length word, body) of at most `limit` bytes; `None` when
+/// the client closed.
+async fn read_message<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limit: usize,
+) -> Result<Option<([u8; 5], Vec<u8>)>, Bad> {
+    let mut head = [0u8; 5];
+    if r.read_exact(&mut head).await.is_err() {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if !(4..=limit).contains(&len) {
+        return Err(Bad(format!(
+            "invalid message length {len} (message type {})",
+            shown(head[0])
+        )));
+    }
+    let mut body = vec![0u8; len - 4];
+    if r.read_exact(&mut body).await.is_err() {
+        return Ok(None);
+    }
+    Ok(Some((head, body)))
 }
 
 fn shown(kind: u8) -> String {
@@ -180,19 +272,14 @@ fn shown(kind: u8) -> String {
 
 async fn fatal<S: AsyncWrite + Unpin>(tcp: &mut S, why: &str) -> io::Result<()> {
     tracing::info!(error = %why, "refusing a connection's startup");
-    tcp.write_all(&error_response(why)).await?;
+    tcp.write_all(&error_response("08P01", why)).await?;
     tcp.shutdown().await
 }
 
-/// A FATAL ErrorResponse with SQLSTATE 08P01 (protocol violation).
-fn error_response(why: &str) -> Vec<u8> {
+/// A FATAL ErrorResponse with SQLSTATE `code` (08P01: a protocol violation).
+fn error_response(code: &str, why: &str) -> Vec<u8> {
     let mut body = Vec::new();
-    for (code, text) in [
-        (b'S', "FATAL"),
-        (b'V', "FATAL"),
-        (b'C', "08P01"),
-        (b'M', why),
-    ] {
+    for (code, text) in [(b'S', "FATAL"), (b'V', "FATAL"), (b'C', code), (b'M', why)] {
         body.push(code);
         body.extend_from_slice(text.as_bytes());
         body.push(0);
@@ -345,9 +432,13 @@ fn check(kind: u8, body: &[u8], first_password: bool) -> Result<(), Bad> {
         b'd' => return Ok(()),
         b'p' if first_password => {
             c.cstring("a SASL mechanism name")?;
+            // -1: no initial response; any other negative length is malformed (pgwire
+            // would take it as a huge unsigned one).
             let len = c.i32("a SASL response length")?;
             if len >= 0 {
                 c.take(len as usize, "a SASL response")?;
+            } else if len != -1 {
+                return Err(c.bad("a negative SASL response length"));
             }
         }
         b'p' => return Ok(()),
@@ -389,6 +480,11 @@ mod tests {
         assert!(check(b'F', b"", false).is_err());
         assert!(check(b'p', b"SCRAM-SHA-256\0\0\0\0\x03abc", true).is_ok());
         assert!(check(b'p', b"SCRAM-SHA-256\0\0\0", true).is_err());
+        assert!(check(b'p', b"SCRAM-SHA-256\0\xff\xff\xff\xff", true).is_ok());
+        assert!(
+            check(b'p', b"SCRAM-SHA-256\0\xff\xff\xff\xfe", true).is_err(),
+            "a negative length other than -1"
+        );
         let e = check(b'P', b"\0SELECT", false).err().unwrap();
         assert!(e.0.contains("message type 'P'"), "{}", e.0);
     }

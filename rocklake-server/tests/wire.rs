@@ -524,6 +524,44 @@ async fn scram_password_is_required_when_configured_and_trust_stays_on_loopback(
     assert!(e.to_string().contains("without a password"), "{e}");
 }
 
+/// A cancel request ends the running statement of the session it names, on a SCRAM server
+/// (whose logins now draw their pid and secret key from the server's one generator), with
+/// PostgreSQL's `57014`; the other session is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reaches_its_own_session_under_scram() {
+    let server = serve(
+        "sled",
+        ServerOptions {
+            password: Some("pencil".into()),
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let first = connect(&server.url("password=pencil")).await.unwrap();
+    let second = connect(&server.url("password=pencil")).await.unwrap();
+    let token = first.cancel_token();
+    let long = tokio::spawn(async move {
+        first
+            .simple_query("SELECT sum(x) FROM generate_series(1, 100000000000) g(x)")
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    // Uncancelled, the sum runs for many minutes; the bound only keeps a failure short.
+    let ended = tokio::time::timeout(Duration::from_secs(120), long)
+        .await
+        .expect("the cancelled query ended")
+        .unwrap();
+    let e = ended.expect_err("cancelled");
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("57014"),
+        "{e:?}"
+    );
+    let rows = second.simple_query("SELECT 2").await.unwrap();
+    assert_eq!(rows_of(&rows), vec![vec!["2".to_string()]]);
+}
+
 /// Eight connections race to commit the same primary keys: exactly one wins each, the others
 /// get PostgreSQL's 23505 and nothing of theirs lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

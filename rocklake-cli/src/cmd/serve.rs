@@ -20,22 +20,27 @@ pub(crate) struct ServeArgs {
     pub(crate) data_path: Option<String>,
     /// Certificate and key files (PEM) for TLS.
     pub(crate) tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    pub(crate) max_connections: usize,
+    pub(crate) authentication_timeout: Duration,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> CliResult {
     init_logging();
     let password = match (&args.password_file, std::env::var("ROCKLAKE_PASSWORD")) {
-        (Some(f), _) => Some(
-            std::fs::read_to_string(f)
-                .map_err(|e| {
-                    Error::InvalidArgument(format!(
-                        "cannot read --password-file {}: {e}",
-                        f.display()
-                    ))
-                })?
-                .trim_end_matches(['\r', '\n'])
-                .to_string(),
-        ),
+        (Some(f), _) => {
+            let p = std::fs::read_to_string(f).map_err(|e| {
+                Error::InvalidArgument(format!("cannot read --password-file {}: {e}", f.display()))
+            })?;
+            let p = p.trim_end_matches(['\r', '\n']);
+            // An empty password would let anyone in while lifting the loopback-only rule.
+            if p.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "--password-file {} is empty: write the password clients must give into it",
+                    f.display()
+                )));
+            }
+            Some(p.to_string())
+        }
         (None, Ok(p)) if !p.is_empty() => Some(p),
         _ => None,
     };
@@ -61,6 +66,8 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         password: password.clone(),
         read_only: args.read_only,
         grace: Duration::from_secs(5),
+        max_connections: args.max_connections,
+        authentication_timeout: args.authentication_timeout,
     };
     let shutdown = shutdown_signal();
     let server = Server::bind(db.clone(), options)

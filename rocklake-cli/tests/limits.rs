@@ -1,0 +1,212 @@
+//! `rocklake serve` under sockets that never log in and more clients than it admits: the
+//! server process itself, with its own descriptor limit, and clients speaking the protocol by
+//! hand (blocking sockets; nothing here needs a driver).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `rocklake serve` child on a fresh folder (SlateDB, the default build's engine), killed on drop.
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+    /// Kept open: the server prints more lines, and a closed pipe would end it.
+    _stdout: BufReader<std::process::ChildStdout>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `rocklake serve` with `args`, its open-file limit set to `nofile` by the shell
+/// that execs it, and read the address it listens on from its first line.
+fn serve(nofile: u32, args: &[&str]) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("catalog").display());
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n {nofile} && exec \"$0\" serve --listen 127.0.0.1:0 \"$@\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_rocklake"))
+        .arg(&url)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    // "rocklake serve: sled:///... on 127.0.0.1:PORT"
+    let addr = first
+        .trim()
+        .rsplit(" on ")
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {first:?}"));
+    Served {
+        child,
+        addr,
+        _stdout: stdout,
+        _dir: dir,
+    }
+}
+
+/// Read one backend message: its type and body.
+fn message(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head)?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let mut body = vec![0u8; len - 4];
+    s.read_exact(&mut body)?;
+    Ok((head[0], body))
+}
+
+/// An ErrorResponse's SQLSTATE and message.
+fn error_fields(body: &[u8]) -> (String, String) {
+    let (mut code, mut text) = (String::new(), String::new());
+    for field in body.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+        let value = String::from_utf8_lossy(&field[1..]).into_owned();
+        match field[0] {
+            b'C' => code = value,
+            b'M' => text = value,
+            _ => {}
+        }
+    }
+    (code, text)
+}
+
+/// Log in (trust) and run `SELECT 1`: the open connection, or the error the server sent.
+fn login(addr: SocketAddr) -> Result<TcpStream, (String, String)> {
+    let mut s = TcpStream::connect(addr).map_err(|e| ("connect".into(), e.to_string()))?;
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut body = 196_608u32.to_be_bytes().to_vec();
+    body.extend_from_slice(b"user\0duck\0database\0lake\0\0");
+    let mut packet = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    packet.extend_from_slice(&body);
+    s.write_all(&packet).unwrap();
+    let mut sent_query = false;
+    loop {
+        let (kind, body) = message(&mut s).map_err(|e| ("read".into(), e.to_string()))?;
+        match kind {
+            b'E' => return Err(error_fields(&body)),
+            b'Z' if sent_query => return Ok(s),
+            b'Z' => {
+                s.write_all(b"Q\0\0\0\x0dSELECT 1\0").unwrap();
+                sent_query = true;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether the server has closed `s` (EOF or reset), waiting at most `wait`.
+fn closed_by_server(s: &mut TcpStream, wait: Duration) -> bool {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut b = [0u8; 64];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// 300 sockets that connect and send nothing, against a server allowed 256 descriptors: a
+/// real client still logs in while they are held (before their authentication timeout could
+/// have made room), and every silent socket is closed by that timeout or sooner.
+#[test]
+fn silent_sockets_neither_lock_clients_out_nor_stay_open() {
+    let timeout = Duration::from_secs(10);
+    let server = serve(256, &["--authentication-timeout", "10"]);
+    let held_since = Instant::now();
+    let mut silent: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    let client = login(server.addr).expect("a real client logs in beside 300 silent sockets");
+    let waited = held_since.elapsed();
+    let open = silent
+        .iter_mut()
+        .map(|s| closed_by_server(s, Duration::from_millis(1)))
+        .filter(|closed| !closed)
+        .count();
+    println!("logged in after {waited:?} with {open} of 300 silent sockets still open");
+    // Not a speed check: a login that had to wait for the silent sockets to time out would
+    // come after the timeout, however fast the machine.
+    assert!(
+        waited < timeout,
+        "the login waited {waited:?}, past the silent sockets' {timeout:?} timeout"
+    );
+    for (i, s) in silent.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(s, Duration::from_secs(60)),
+            "silent socket {i} still open a minute after the authentication timeout"
+        );
+    }
+    drop(client);
+    // The server is still serving.
+    login(server.addr).expect("a login after the silent sockets are gone");
+}
+
+/// `--max-connections 2`: the third session is refused as PostgreSQL refuses it, and a
+/// place freed by a disconnection is taken by the next client.
+#[test]
+fn sessions_past_max_connections_are_refused_with_53300() {
+    let server = serve(1024, &["--max-connections", "2"]);
+    let mut a = login(server.addr).expect("first session");
+    let _b = login(server.addr).expect("second session");
+    let refused = login(server.addr).expect_err("a third session is refused");
+    assert_eq!(
+        refused,
+        (
+            "53300".to_string(),
+            "sorry, too many clients already".to_string()
+        )
+    );
+    a.write_all(b"X\0\0\0\x04").unwrap();
+    assert!(closed_by_server(&mut a, Duration::from_secs(30)));
+    // The freed place is given back when the session's task ends, just after the close.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match login(server.addr) {
+            Ok(_) => break,
+            Err(e) if e.0 == "53300" && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("no session after a disconnection: {e:?}"),
+        }
+    }
+}
+
+/// An empty password file would mean the password "" and lift the loopback-only rule.
+#[test]
+fn an_empty_password_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("password");
+    std::fs::write(&file, "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocklake"))
+        .args([
+            "serve",
+            &format!("file://{}", dir.path().join("c").display()),
+        ])
+        .args(["--listen", "0.0.0.0:0", "--password-file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "served with an empty password");
+    assert!(err.contains("is empty"), "{err}");
+    assert!(
+        !dir.path().join("c").exists(),
+        "the store was created before the refusal"
+    );
+}
