@@ -172,7 +172,7 @@ impl Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let tag = out.tag();
-        match out {
+        match out.into_rows() {
             Output::Rows { schema, batches } => {
                 client
                     .feed(PgWireBackendMessage::RowDescription(row_description(
@@ -281,7 +281,7 @@ impl Conn {
                     .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
                     .await?;
             }
-            Output::Command(_) => {}
+            Output::Command(_) | Output::Show { .. } => {}
             Output::CopyIn { columns, format } => {
                 let n = columns.len() as i16;
                 let binary = format.binary;
@@ -381,22 +381,9 @@ impl SimpleQueryHandler for Conn {
             let started = std::time::Instant::now();
             let phases = session.phases();
             let rows_before = session.rows_read();
-            let cancel = match client.session_extensions().get::<Arc<ConnectionHandle>>() {
-                Some(h) => Some(h.start_query().await),
-                None => None,
-            };
-            let results = match cancel {
-                Some(rx) => {
-                    tokio::select! {
-                        r = session.execute(&sql) => r,
-                        Ok(()) = rx => {
-                            session.cancelled().await;
-                            vec![Err(SqlError::new("57014", "canceling statement due to user request"))]
-                        }
-                    }
-                }
-                None => session.execute(&sql).await,
-            };
+            let cancel = watch_cancel(client, &session).await;
+            let results = session.execute(&sql).await;
+            drop(cancel);
             // Where this message's time went in the SQL layer (`RUST_LOG=rocklake_server=debug`).
             tracing::debug!(
                 peer = %self.peer,
@@ -775,6 +762,8 @@ impl ExtendedQueryHandler for Conn {
             Some(p) => p,
             None => bind_parameters(&mut session, portal).await?,
         };
+        // pgwire's Execute races this future against the connection's cancel receiver
+        // itself, so a cancel here drops the statement rather than failing it.
         let mut results = session
             .execute_with_params(&portal.statement.statement, &params)
             .await;
@@ -785,7 +774,8 @@ impl ExtendedQueryHandler for Conn {
                 "cannot insert multiple commands into a prepared statement",
             )));
         }
-        match results.pop() {
+        let show = matches!(results.last(), Some(Ok(Output::Show { .. })));
+        match results.pop().map(|r| r.map(Output::into_rows)) {
             None => Ok(Response::EmptyQuery),
             Some(Err(e)) => Err(user_error(&e)),
             Some(Ok(Output::Rows { schema, batches })) => {
@@ -819,10 +809,12 @@ impl ExtendedQueryHandler for Conn {
                         rows.push(Ok(DataRow::new(data, b.num_columns() as i16)));
                     }
                 }
-                Ok(Response::Query(pgwire::api::results::QueryResponse::new(
-                    fields,
-                    futures::stream::iter(rows),
-                )))
+                let mut response =
+                    pgwire::api::results::QueryResponse::new(fields, futures::stream::iter(rows));
+                if show {
+                    response.set_command_tag("SHOW");
+                }
+                Ok(Response::Query(response))
             }
             Some(Ok(Output::Command(tag))) => {
                 let mut parts = tag.rsplitn(2, ' ');
@@ -919,6 +911,29 @@ async fn bind_parameters(
                 .map_err(|e| user_error(&e))
         })
         .collect()
+}
+
+/// Until dropped, a cancel request for this connection stops the session's running
+/// statement: the statement fails with `57014` at its plan's next batch and ends as any
+/// failed statement does (nothing of it lands; a block it ran in is aborted). A commit under
+/// way is not interrupted, so the client always learns a commit's real outcome.
+struct CancelWatch(Option<Arc<rocklake_sql::interrupt::Interrupt>>);
+
+impl Drop for CancelWatch {
+    fn drop(&mut self) {
+        if let Some(i) = self.0.take() {
+            i.stop_watching();
+        }
+    }
+}
+
+async fn watch_cancel<C: ClientInfo>(client: &C, session: &Session) -> CancelWatch {
+    let Some(handle) = client.session_extensions().get::<Arc<ConnectionHandle>>() else {
+        return CancelWatch(None);
+    };
+    let interrupt = session.interrupt();
+    interrupt.cancel_on(handle.start_query().await);
+    CancelWatch(Some(interrupt))
 }
 
 /// The ParameterStatus values PostgreSQL 15 sends after authentication.
@@ -1063,11 +1078,81 @@ impl Conn {
             .cloned()
             .unwrap_or_default();
         session.set_database(&db);
+        // `options=-c statement_timeout=5s` (libpq's PGOPTIONS), as PostgreSQL reads it.
+        for (name, value) in startup_options(md.get("options").map(String::as_str)) {
+            if let Err(e) = session.startup_setting(&name, &value) {
+                tracing::info!(peer = %self.peer, error = %e.message, "startup option ignored");
+            }
+        }
+        if let Some(v) = md.get("statement_timeout") {
+            if let Err(e) = session.startup_setting("statement_timeout", v) {
+                tracing::info!(peer = %self.peer, error = %e.message, "startup option ignored");
+            }
+        }
         tracing::info!(
             peer = %self.peer,
             user = md.get("user").map(String::as_str).unwrap_or(""),
             database = %db,
             "connection"
         );
+    }
+}
+
+/// The `-c name=value` and `--name=value` settings of a startup `options` string (spaces
+/// inside a value escaped with a backslash, as libpq's PGOPTIONS writes them).
+fn startup_options(options: Option<&str>) -> Vec<(String, String)> {
+    let Some(options) = options else {
+        return Vec::new();
+    };
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => word.extend(chars.next()),
+            c if c.is_whitespace() => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    let mut out = Vec::new();
+    let mut it = words.into_iter();
+    while let Some(w) = it.next() {
+        let setting = if w == "-c" {
+            it.next()
+        } else if let Some(rest) = w.strip_prefix("-c") {
+            Some(rest.to_string())
+        } else {
+            w.strip_prefix("--").map(str::to_string)
+        };
+        if let Some((name, value)) = setting.as_deref().and_then(|s| s.split_once('=')) {
+            out.push((name.replace('-', "_"), value.to_string()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn startup_options_are_read_as_postgresql_reads_them() {
+        let got = super::startup_options(Some(
+            "-c statement_timeout=5s --work-mem=4MB -capplication_name=a\\ b",
+        ));
+        assert_eq!(
+            got,
+            vec![
+                ("statement_timeout".to_string(), "5s".to_string()),
+                ("work_mem".to_string(), "4MB".to_string()),
+                ("application_name".to_string(), "a b".to_string()),
+            ]
+        );
+        assert!(super::startup_options(None).is_empty());
     }
 }

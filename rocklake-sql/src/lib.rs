@@ -42,8 +42,10 @@ pub mod relation;
 pub mod db;
 pub mod txn;
 
-// What DataFusion plans over: table providers, `pg_catalog`, PostgreSQL's functions.
+// What DataFusion plans over: table providers, `pg_catalog`, PostgreSQL's functions, and
+// what stops a running plan.
 mod functions;
+pub mod interrupt;
 pub mod pg_catalog;
 pub mod provider;
 

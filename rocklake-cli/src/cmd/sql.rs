@@ -56,7 +56,7 @@ async fn execute(session: &mut Session, text: &str, json: bool) -> bool {
             other => other,
         };
         match r {
-            Ok(out) => print_output(&out, json),
+            Ok(out) => print_output(&out.into_rows(), json),
             Err(e) => {
                 if json {
                     println!(
@@ -158,7 +158,7 @@ fn print_output(out: &Output, json: bool) {
                 println!("({n} row{})", if n == 1 { "" } else { "s" });
             }
         }
-        Output::CopyIn { .. } => {}
+        Output::CopyIn { .. } | Output::Show { .. } => {}
         Output::Command(tag) => {
             if json {
                 println!("{}", json!({"tag": tag}));

@@ -38,6 +38,7 @@ use crate::db::Database;
 use crate::direct::DirectMode;
 use crate::error::{state, Result, SqlError};
 use crate::functions::register_pg_functions;
+use crate::interrupt::Interrupt;
 use crate::phases::{Phase, PhaseSnapshot};
 use crate::provider::{RockCatalog, Shared};
 use crate::relation::RelDef;
@@ -48,6 +49,7 @@ use crate::types::SqlType;
 mod ddl;
 mod describe;
 mod query;
+mod settings;
 mod write;
 
 /// What one statement produced.
@@ -71,6 +73,14 @@ pub enum Output {
     },
     /// A command's completion tag, as PostgreSQL writes it (`INSERT 0 3`, `UPDATE 1`, `BEGIN`).
     Command(String),
+    /// `SHOW name`: one row of one text column named after the setting; its tag is `SHOW`
+    /// ([`Output::into_rows`] gives the row).
+    Show {
+        /// The setting's name.
+        name: String,
+        /// Its value, as PostgreSQL shows it (`5s`, `0`).
+        value: String,
+    },
     /// `COPY table [(columns)] FROM STDIN`: the caller now sends the rows with
     /// [`Session::copy_in`] (or gives up with [`Session::copy_fail`]); the text's later
     /// statements, if any, did not run.
@@ -89,7 +99,31 @@ impl Output {
             Output::Rows { batches, .. } | Output::CopyOut { batches, .. } => {
                 batches.iter().map(|b| b.num_rows()).sum()
             }
+            Output::Show { .. } => 1,
             Output::Command(_) | Output::CopyIn { .. } => 0,
+        }
+    }
+
+    /// A `SHOW`'s answer as the result set it is sent as (any other output unchanged).
+    pub fn into_rows(self) -> Output {
+        match self {
+            Output::Show { name, value } => {
+                let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+                    datafusion::arrow::datatypes::Field::new(name, DataType::Utf8, true),
+                ]));
+                let column = datafusion::arrow::array::StringArray::from(vec![value]);
+                match RecordBatch::try_new(schema.clone(), vec![Arc::new(column)]) {
+                    Ok(b) => Output::Rows {
+                        schema,
+                        batches: vec![b],
+                    },
+                    Err(_) => Output::Rows {
+                        schema,
+                        batches: Vec::new(),
+                    },
+                }
+            }
+            other => other,
         }
     }
 
@@ -100,6 +134,7 @@ impl Output {
             Output::CopyOut { .. } => format!("COPY {}", self.row_count()),
             Output::Command(t) => t.clone(),
             Output::CopyIn { .. } => "COPY".into(),
+            Output::Show { .. } => "SHOW".into(),
         }
     }
 }
@@ -136,6 +171,10 @@ pub struct Session {
     /// `ORDER BY`'s default null ordering (DataFusion's setting, as PostgreSQL's: NULLs are
     /// largest).
     nulls: NullOrdering,
+    /// `statement_timeout` and what undoes a transaction's changes to it.
+    settings: settings::Settings,
+    /// Stops the running statement's plan (a cancel request, the statement timeout).
+    interrupt: Arc<Interrupt>,
 }
 
 /// Where a session reads the time from (µs since 1970).
@@ -207,6 +246,8 @@ impl Session {
             direct: DirectMode::from_env(),
             direct_state,
             nulls,
+            settings: settings::Settings::default(),
+            interrupt: Arc::new(Interrupt::default()),
         }
     }
 
@@ -275,6 +316,8 @@ impl Session {
                 return vec![Err(SqlError::new(state::SYNTAX_ERROR, e.to_string()))];
             }
         };
+        // A cancel that came before this text does not apply to it.
+        self.interrupt.reset();
         // Outside a block, the statements of one text form one implicit transaction.
         let implicit = self.status == Status::Idle;
         let mut out = Vec::with_capacity(statements.len());
@@ -287,10 +330,13 @@ impl Session {
             }
             let before = self.shared.phases.snapshot();
             let started = Instant::now();
+            // statement_timeout counts from each statement's start, as in PostgreSQL 13+.
+            self.interrupt.arm(self.settings.statement_timeout);
             let r = match bind_parameters(&mut stmt, params) {
                 Ok(()) => self.statement(stmt).await,
                 Err(e) => Err(e),
             };
+            self.interrupt.arm(None);
             self.account_statement(&before, started);
             match r {
                 Ok(o @ Output::CopyIn { .. }) => {
@@ -443,6 +489,7 @@ impl Session {
     }
 
     async fn drop_txn(&mut self) {
+        self.settings.rolled_back();
         self.temp_tables.clear();
         self.shared.txn.lock().await.take();
         *self
@@ -469,6 +516,10 @@ impl Session {
             Some(t) => t.commit().await,
             None => Ok(()),
         };
+        match r {
+            Ok(()) => self.settings.committed(),
+            Err(_) => self.settings.rolled_back(),
+        }
         self.shared.phases.since(Phase::Commit, committing);
         *self
             .shared
@@ -522,7 +573,23 @@ impl Session {
             _ => {}
         }
         match stmt {
-            Statement::Set(_) => Ok(Output::Command("SET".into())),
+            Statement::Set(ref set) => self.set(set),
+            Statement::Reset(ref r) => Ok(self.reset_setting(
+                match &r.reset {
+                    datafusion::sql::sqlparser::ast::Reset::ALL => None,
+                    datafusion::sql::sqlparser::ast::Reset::ConfigurationParameter(n) => {
+                        Some(n.to_string())
+                    }
+                }
+                .as_deref(),
+            )),
+            Statement::ShowVariable { ref variable } => match self.show(variable) {
+                Some(r) => r,
+                None => Err(SqlError::unsupported(format!(
+                    "RockLake's SQL layer does not run this statement: {}",
+                    first_words(&stmt.to_string())
+                ))),
+            },
             Statement::Discard { .. } => {
                 self.drop_txn().await;
                 self.status = Status::Idle;

@@ -176,7 +176,8 @@ impl Session {
             Phase::Optimize,
             (optimizing.elapsed().as_nanos() as u64).saturating_sub(storage),
         );
-        let batches = collect(physical?, state.task_ctx()).await?;
+        let physical = crate::interrupt::interruptible(physical?, &self.interrupt)?;
+        let batches = collect(physical, state.task_ctx()).await?;
         Ok((schema, batches))
     }
 
