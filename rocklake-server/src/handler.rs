@@ -1079,7 +1079,7 @@ impl Conn {
             .unwrap_or_default();
         session.set_database(&db);
         // `options=-c statement_timeout=5s` (libpq's PGOPTIONS), as PostgreSQL reads it.
-        for (name, value) in startup_options(md.get("options").map(String::as_str)) {
+        for (name, value) in crate::startup::options(md.get("options").map(String::as_str)) {
             if let Err(e) = session.startup_setting(&name, &value) {
                 tracing::info!(peer = %self.peer, error = %e.message, "startup option ignored");
             }
@@ -1095,64 +1095,5 @@ impl Conn {
             database = %db,
             "connection"
         );
-    }
-}
-
-/// The `-c name=value` and `--name=value` settings of a startup `options` string (spaces
-/// inside a value escaped with a backslash, as libpq's PGOPTIONS writes them).
-fn startup_options(options: Option<&str>) -> Vec<(String, String)> {
-    let Some(options) = options else {
-        return Vec::new();
-    };
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut chars = options.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => word.extend(chars.next()),
-            c if c.is_whitespace() => {
-                if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-            }
-            c => word.push(c),
-        }
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    let mut out = Vec::new();
-    let mut it = words.into_iter();
-    while let Some(w) = it.next() {
-        let setting = if w == "-c" {
-            it.next()
-        } else if let Some(rest) = w.strip_prefix("-c") {
-            Some(rest.to_string())
-        } else {
-            w.strip_prefix("--").map(str::to_string)
-        };
-        if let Some((name, value)) = setting.as_deref().and_then(|s| s.split_once('=')) {
-            out.push((name.replace('-', "_"), value.to_string()));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn startup_options_are_read_as_postgresql_reads_them() {
-        let got = super::startup_options(Some(
-            "-c statement_timeout=5s --work-mem=4MB -capplication_name=a\\ b",
-        ));
-        assert_eq!(
-            got,
-            vec![
-                ("statement_timeout".to_string(), "5s".to_string()),
-                ("work_mem".to_string(), "4MB".to_string()),
-                ("application_name".to_string(), "a b".to_string()),
-            ]
-        );
-        assert!(super::startup_options(None).is_empty());
     }
 }

@@ -29,6 +29,7 @@ use tokio::task::JoinSet;
 mod auth;
 mod handler;
 mod relay;
+mod startup;
 pub mod wire;
 
 pub use auth::PasswordSource;
