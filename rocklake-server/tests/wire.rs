@@ -508,16 +508,21 @@ async fn binary_copy_round_trips_and_bad_copy_data_lands_nothing() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scram_password_is_required_when_configured_and_trust_stays_on_loopback() {
-    let server = serve(
+/// A server on sled whose clients must give the password `pencil` (SCRAM-SHA-256).
+async fn scram_server() -> common::Running {
+    serve(
         "sled",
         ServerOptions {
             password: Some("pencil".into()),
             ..ServerOptions::default()
         },
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_password_is_required_when_configured_and_trust_stays_on_loopback() {
+    let server = scram_server().await;
     let ok = connect(&server.url("password=pencil"))
         .await
         .expect("right password");
@@ -561,14 +566,7 @@ async fn scram_password_is_required_when_configured_and_trust_stays_on_loopback(
 /// untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_ends_the_statement_as_an_error_does() {
-    let server = serve(
-        "sled",
-        ServerOptions {
-            password: Some("pencil".into()),
-            ..ServerOptions::default()
-        },
-    )
-    .await;
+    let server = scram_server().await;
     let first = Arc::new(connect(&server.url("password=pencil")).await.unwrap());
     let second = connect(&server.url("password=pencil")).await.unwrap();
     second
