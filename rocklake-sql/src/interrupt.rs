@@ -5,7 +5,9 @@
 //! dropped future nor a timer can stop it. Instead every node of a plan the session runs is
 //! wrapped in an `InterruptExec`, whose stream looks at the session's [`Interrupt`] before
 //! each batch it hands up and fails with PostgreSQL's `57014` once the statement is cancelled
-//! or past its deadline. The statement then ends as any failed statement does (its writes
+//! or past its deadline; each batch also spends a unit of tokio's cooperative budget, so a
+//! plan that never waits still lets the runtime serve other sockets. The statement then ends
+//! as any failed statement does (its writes
 //! gone; inside a block the block fails), and work that is not a plan's, such as a commit
 //! already under way, is never cut short.
 
@@ -220,7 +222,16 @@ impl Stream for InterruptStream {
         if let Err(e) = self.interrupt.check() {
             return Poll::Ready(Some(Err(to_df(e))));
         }
-        self.input.poll_next_unpin(cx)
+        // Each batch spends a unit of tokio's cooperative budget: a plan that never waits
+        // (a join made in its own loop) still hands its thread back every so often, so the
+        // runtime goes on accepting connections and reading sockets, cancel requests among
+        // them, instead of stalling until the plan is done.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let next = self.input.poll_next_unpin(cx);
+        if next.is_ready() {
+            coop.made_progress();
+        }
+        next
     }
 }
 
