@@ -77,20 +77,21 @@ def query(s, sql):
         raise RuntimeError(f"{sql!r}: {error.get('C')} {error.get('M')}")
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
+def proc_kib(pid, file, field):
+    """One `field:` line of /proc/PID/FILE, in KiB."""
+    with open(f"/proc/{pid}/{file}") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
+    raise RuntimeError(f"no {field} in /proc/{pid}/{file}")
+
+
+def rss_kib(pid):
+    return proc_kib(pid, "status", "VmRSS")
 
 
 def pss_kib(pid):
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no Pss for {pid}")
+    return proc_kib(pid, "smaps_rollup", "Pss")
 
 
 def settle():
