@@ -279,17 +279,6 @@ impl Session {
         self.run_statements(sql, params).await
     }
 
-    /// A statement was interrupted (a cancel request; its future was dropped): as in
-    /// PostgreSQL, an implicit transaction is rolled back and a block is aborted.
-    pub async fn cancelled(&mut self) {
-        self.copy = None;
-        match self.status {
-            Status::Idle => self.drop_txn().await,
-            Status::InBlock => self.status = Status::Failed,
-            Status::Failed => {}
-        }
-    }
-
     /// Where the session is.
     pub fn status(&self) -> Status {
         self.status
