@@ -62,4 +62,4 @@ pub use db::Database;
 pub use direct::DirectMode;
 pub use error::{Result, SqlError};
 pub use phases::{Phase, PhaseSnapshot};
-pub use session::{Clock, Output, Session, Status};
+pub use session::{parse_time_setting, Clock, IdleLimits, Output, Session, Status};

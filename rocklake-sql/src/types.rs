@@ -943,6 +943,12 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
         return None;
     }
     let ts = |micros: i64, tz: bool| -> String {
+        // PostgreSQL's infinities (kept as the extreme values, as its binary form has them).
+        match micros {
+            i64::MAX => return "infinity".into(),
+            i64::MIN => return "-infinity".into(),
+            _ => {}
+        }
         let secs = micros.div_euclid(1_000_000);
         let frac = micros.rem_euclid(1_000_000);
         let dt = chrono::DateTime::from_timestamp(secs, 0)

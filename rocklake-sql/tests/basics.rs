@@ -111,6 +111,53 @@ async fn transactions_follow_postgresql() {
     }
 }
 
+/// RockLake runs transactions under snapshot isolation: a request for SERIALIZABLE is refused
+/// with `0A000` (and starts nothing), never silently run weaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serializable_is_refused_rather_than_weakened() {
+    let store = &stores()[0];
+    let db = open(store).await;
+    let mut a = Session::new(db.clone());
+    q(&mut a, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR)").await;
+    for sql in [
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "START TRANSACTION READ WRITE, ISOLATION LEVEL SERIALIZABLE",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        "SET default_transaction_isolation = 'serializable'",
+        "SET transaction_isolation TO SERIALIZABLE",
+    ] {
+        let (code, msg) = err(&mut a, sql).await;
+        assert_eq!(code, "0A000", "{sql}: {msg}");
+        assert!(msg.contains("SERIALIZABLE"), "{sql}: {msg}");
+        assert_eq!(a.status(), Status::Idle, "{sql} started a block");
+    }
+    // Inside a block the refusal fails the block, as any error does; nothing of it lands.
+    q(&mut a, "BEGIN; INSERT INTO t VALUES (1, 'x')").await;
+    let (code, _) = err(&mut a, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE").await;
+    assert_eq!(code, "0A000");
+    assert_eq!(a.status(), Status::Failed);
+    assert_eq!(q(&mut a, "COMMIT").await, ["ROLLBACK"]);
+    assert_eq!(q(&mut a, "SELECT count(*) FROM t").await, ["0"]);
+    // The levels RockLake does give (or a stronger one) are accepted.
+    for sql in [
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; COMMIT",
+        "BEGIN ISOLATION LEVEL READ COMMITTED; COMMIT",
+        "SET default_transaction_isolation = 'repeatable read'",
+    ] {
+        q(&mut a, sql).await;
+    }
+    let (code, _) = err_startup(&mut a, "default_transaction_isolation", "serializable");
+    assert_eq!(code, "0A000");
+    db.close().await.unwrap();
+}
+
+fn err_startup(s: &mut Session, name: &str, value: &str) -> (String, String) {
+    let e = s
+        .startup_setting(name, value)
+        .expect_err("a startup setting of SERIALIZABLE is refused");
+    (e.code.to_string(), e.message.to_string())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sessions_committing_the_same_key_exactly_one_wins() {
     for store in stores() {

@@ -25,6 +25,13 @@ impl Session {
                         "temporary tables are supported with ON COMMIT DROP only",
                     ));
                 }
+                // PostgreSQL's bound on a table's columns (`MaxHeapAttributeNumber`).
+                if ct.columns.len() > 1600 {
+                    return Err(SqlError::new(
+                        "54011",
+                        "tables can have at most 1600 columns",
+                    ));
+                }
                 let (schema, name) = split_name(&ct.name)?;
                 let exists = self
                     .with_txn(async |txn| {

@@ -50,6 +50,7 @@ mod ddl;
 mod describe;
 mod query;
 mod settings;
+pub use settings::{parse_time_setting, IdleLimits};
 mod write;
 
 /// What one statement produced.
@@ -320,7 +321,7 @@ impl Session {
             let before = self.shared.phases.snapshot();
             let started = Instant::now();
             // statement_timeout counts from each statement's start, as in PostgreSQL 13+.
-            self.interrupt.arm(self.settings.statement_timeout);
+            self.interrupt.arm(self.settings.statement_timeout());
             let r = match bind_parameters(&mut stmt, params) {
                 Ok(()) => self.statement(stmt).await,
                 Err(e) => Err(e),
@@ -539,6 +540,7 @@ impl Session {
                 ))
             }
             (Statement::StartTransaction { modes, .. }, _) => {
+                settings::check_isolation(modes)?;
                 // Inside a block PostgreSQL only warns; the block goes on.
                 self.ensure_txn().await?;
                 if modes.iter().any(|m| {

@@ -19,6 +19,24 @@ use crate::error::{Result, SqlError};
 use crate::phases::Phase;
 use crate::relation::KEY_COLUMN;
 use crate::rewrite::{mentions_ctid, reads_system_catalogs_only, strip_collate};
+
+/// PostgreSQL's bound on a query's result columns (`MaxTupleAttributeNumber`); a wider result
+/// is refused before it runs, and a row description can always count its columns.
+const MAX_TARGETS: usize = 1664;
+/// `program_limit_exceeded`.
+const TOO_MANY_COLUMNS: &str = "54011";
+
+/// A result of more than [`MAX_TARGETS`] columns is refused, as PostgreSQL refuses it.
+fn check_width(schema: &SchemaRef) -> Result<()> {
+    if schema.fields().len() > MAX_TARGETS {
+        return Err(SqlError::new(
+            TOO_MANY_COLUMNS,
+            format!("target lists can have at most {MAX_TARGETS} entries"),
+        ));
+    }
+    Ok(())
+}
+
 impl Session {
     /// Plan and run a query: a single-table read on the direct path, anything else through
     /// DataFusion.
@@ -33,6 +51,7 @@ impl Session {
                 None => self.direct_constant(&q),
             };
             if let Some(out) = direct {
+                check_width(&out.0)?;
                 // Compared as the client sees them: with PostgreSQL's column names.
                 let out = rename_columns(out.0, out.1, &names)?;
                 if self.direct == DirectMode::Check {
@@ -168,6 +187,7 @@ impl Session {
         self.shared.expose_key.store(false, Ordering::Release);
         let plan = planned?;
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        check_width(&schema)?;
         let optimizing = Instant::now();
         let storage_before = phases.snapshot().get(Phase::Storage);
         let physical = state.create_physical_plan(&plan).await;

@@ -1,64 +1,141 @@
-//! Settings a session keeps: `SET`, `RESET` and `SHOW` of `statement_timeout`, with
+//! Settings a session keeps: `SET`, `RESET` and `SHOW` of the time limits
+//! `statement_timeout`, `idle_in_transaction_session_timeout` and `idle_session_timeout`, with
 //! PostgreSQL's units, its display and its transaction rules (a `SET` rolled back with its
 //! transaction is undone; `SET LOCAL` lasts until the transaction ends and does nothing
-//! outside a block). Other settings are accepted and ignored, as DuckDB's own `SET`s need.
+//! outside a block; `RESET` goes back to the value the session started with). Other settings
+//! are accepted and ignored, as DuckDB's own `SET`s need, except a request for SERIALIZABLE
+//! isolation, which is refused ([`check_isolation`]).
+//!
+//! The session applies `statement_timeout` itself; the two idle limits are kept here for
+//! whoever waits for the client's next message (the server, [`Session::idle_limits`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::sql::sqlparser::ast::{ContextModifier, Expr, Ident, Set, Value};
+use datafusion::sql::sqlparser::ast::{
+    ContextModifier, Expr, Ident, Set, TransactionIsolationLevel, TransactionMode, Value,
+};
 
 use super::{Output, Session, Status};
 use crate::error::{Result, SqlError};
 
-/// The one setting a session honours today.
-const STATEMENT_TIMEOUT: &str = "statement_timeout";
+/// The time limits a session honours, in the order of [`Settings::values`].
+const TIME_SETTINGS: [&str; 3] = [
+    "statement_timeout",
+    "idle_in_transaction_session_timeout",
+    "idle_session_timeout",
+];
+const STATEMENT_TIMEOUT: usize = 0;
+const IDLE_IN_TRANSACTION: usize = 1;
+const IDLE_SESSION: usize = 2;
 /// PostgreSQL's bound on an integer setting (ms here).
 const MAX_MS: i64 = i32::MAX as i64;
 const INVALID_PARAMETER_VALUE: &str = "22023";
+/// The settings that name an isolation level.
+const ISOLATION_SETTINGS: [&str; 2] = ["default_transaction_isolation", "transaction_isolation"];
+
+/// Every RockLake transaction runs under snapshot isolation, which is PostgreSQL's REPEATABLE
+/// READ: a write skew (two transactions each reading what the other writes) commits on both
+/// sides. A client that asks for SERIALIZABLE is counting on that being refused, so the
+/// request is refused (`0A000`) rather than silently run weaker. READ COMMITTED and READ
+/// UNCOMMITTED are accepted and run at REPEATABLE READ, which is stronger than both.
+pub(super) fn check_isolation(modes: &[TransactionMode]) -> Result<()> {
+    if modes.iter().any(|m| {
+        matches!(
+            m,
+            TransactionMode::IsolationLevel(TransactionIsolationLevel::Serializable)
+        )
+    }) {
+        return Err(serializable_refused());
+    }
+    Ok(())
+}
+
+fn serializable_refused() -> SqlError {
+    SqlError::new(
+        crate::error::state::NOT_SUPPORTED,
+        "isolation level SERIALIZABLE is not supported: RockLake runs every transaction at \
+         REPEATABLE READ (snapshot isolation)",
+    )
+}
+
+/// Which of [`TIME_SETTINGS`] `name` is.
+fn time_setting(name: &str) -> Option<usize> {
+    TIME_SETTINGS
+        .iter()
+        .position(|s| name.eq_ignore_ascii_case(s))
+}
+
+/// A time limit's value; `None` is 0 (no limit).
+type Limit = Option<Duration>;
 
 /// What a session's settings are, and what undoes a transaction's changes to them.
 #[derive(Debug, Default)]
 pub(crate) struct Settings {
-    /// `statement_timeout`; `None` is 0 (no limit).
-    pub(crate) statement_timeout: Option<Duration>,
-    /// Its value when the open transaction first changed it (back on rollback).
-    before_txn: Option<Option<Duration>>,
-    /// Its value before a `SET LOCAL` of the open transaction (back at its end).
-    before_local: Option<Option<Duration>>,
+    /// Each of [`TIME_SETTINGS`].
+    values: [Limit; 3],
+    /// What `RESET` goes back to: the server's default or the connection's startup option.
+    defaults: [Limit; 3],
+    /// Their values when the open transaction first changed them (back on rollback).
+    before_txn: [Option<Limit>; 3],
+    /// Their values before a `SET LOCAL` of the open transaction (back at its end).
+    before_local: [Option<Limit>; 3],
 }
 
 impl Settings {
+    /// `statement_timeout`.
+    pub(crate) fn statement_timeout(&self) -> Limit {
+        self.values[STATEMENT_TIMEOUT]
+    }
+
     /// The transaction committed: its `SET`s stay, its `SET LOCAL`s end.
     pub(crate) fn committed(&mut self) {
-        if let Some(v) = self.before_local.take() {
-            self.statement_timeout = v;
+        for i in 0..TIME_SETTINGS.len() {
+            if let Some(v) = self.before_local[i].take() {
+                self.values[i] = v;
+            }
+            self.before_txn[i] = None;
         }
-        self.before_txn = None;
     }
 
     /// The transaction rolled back: everything it set is undone.
     pub(crate) fn rolled_back(&mut self) {
-        if let Some(v) = self.before_txn.take() {
-            self.statement_timeout = v;
+        for i in 0..TIME_SETTINGS.len() {
+            if let Some(v) = self.before_txn[i].take() {
+                self.values[i] = v;
+            }
+            self.before_local[i] = None;
         }
-        self.before_local = None;
     }
 
-    fn assign(&mut self, value: Option<Duration>, local: bool) {
-        self.before_txn.get_or_insert(self.statement_timeout);
+    fn assign(&mut self, i: usize, value: Limit, local: bool) {
+        self.before_txn[i].get_or_insert(self.values[i]);
         if local {
-            self.before_local.get_or_insert(self.statement_timeout);
+            self.before_local[i].get_or_insert(self.values[i]);
         } else {
-            self.before_local = None;
+            self.before_local[i] = None;
         }
-        self.statement_timeout = value;
+        self.values[i] = value;
     }
+}
+
+/// The limits on waiting for a client's next message, as the session's settings have them
+/// now: `idle_in_transaction_session_timeout` while a transaction block is open (or failed),
+/// `idle_session_timeout` outside one. `None` is no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdleLimits {
+    /// `idle_in_transaction_session_timeout`.
+    pub in_transaction: Option<Duration>,
+    /// `idle_session_timeout`.
+    pub session: Option<Duration>,
 }
 
 impl Session {
     /// `SET [SESSION | LOCAL] name { = | TO } value`.
     pub(super) fn set(&mut self, set: &Set) -> Result<Output> {
+        if let Set::SetTransaction { modes, .. } = set {
+            check_isolation(modes)?;
+        }
         let Set::SingleAssignment {
             scope,
             variable,
@@ -68,15 +145,25 @@ impl Session {
         else {
             return Ok(Output::Command("SET".into()));
         };
-        if !variable.to_string().eq_ignore_ascii_case(STATEMENT_TIMEOUT) {
+        let name = variable.to_string();
+        if ISOLATION_SETTINGS
+            .iter()
+            .any(|s| name.eq_ignore_ascii_case(s))
+        {
+            if let [v] = values.as_slice() {
+                check_isolation_value(&v.to_string())?;
+            }
             return Ok(Output::Command("SET".into()));
         }
+        let Some(i) = time_setting(&name) else {
+            return Ok(Output::Command("SET".into()));
+        };
         let value = match values.as_slice() {
-            [v] => timeout_value(v)?,
+            [v] => timeout_value(v, i, self.settings.defaults[i])?,
             _ => {
                 return Err(SqlError::new(
                     INVALID_PARAMETER_VALUE,
-                    format!("SET {STATEMENT_TIMEOUT} takes only one argument"),
+                    format!("SET {} takes only one argument", TIME_SETTINGS[i]),
                 ))
             }
         };
@@ -84,38 +171,56 @@ impl Session {
         // Outside a block the statement is its own transaction: SET LOCAL ends with it
         // (PostgreSQL warns and changes nothing).
         if !(local && self.status == Status::Idle) {
-            self.settings.assign(value, local);
+            self.settings.assign(i, value, local);
         }
         Ok(Output::Command("SET".into()))
     }
 
-    /// `RESET name` / `RESET ALL`.
+    /// `RESET name` / `RESET ALL`: back to the value the session started with.
     pub(super) fn reset_setting(&mut self, name: Option<&str>) -> Output {
-        if name.is_none_or(|n| n.eq_ignore_ascii_case(STATEMENT_TIMEOUT)) {
-            self.settings.assign(None, false);
+        for (i, setting) in TIME_SETTINGS.iter().enumerate() {
+            if name.is_none_or(|n| n.eq_ignore_ascii_case(setting)) {
+                let v = self.settings.defaults[i];
+                self.settings.assign(i, v, false);
+            }
         }
         Output::Command("RESET".into())
     }
 
-    /// `SHOW statement_timeout`; `None` for any other name (the caller decides).
+    /// `SHOW` of a time limit; `None` for any other name (the caller decides).
     pub(super) fn show(&self, variable: &[Ident]) -> Option<Result<Output>> {
         let [name] = variable else { return None };
-        if !name.value.eq_ignore_ascii_case(STATEMENT_TIMEOUT) {
-            return None;
-        }
+        let i = time_setting(&name.value)?;
         Some(Ok(Output::Show {
-            name: STATEMENT_TIMEOUT.into(),
-            value: show_timeout(self.settings.statement_timeout),
+            name: TIME_SETTINGS[i].into(),
+            value: show_timeout(self.settings.values[i]),
         }))
     }
 
-    /// A setting given when the connection started (`options=-c statement_timeout=5s`): as
-    /// `SET`, outside any transaction.
+    /// A setting given when the connection started (`options=-c statement_timeout=5s`) or
+    /// by the server as its default: as `SET` outside any transaction, and what `RESET`
+    /// goes back to.
     pub fn startup_setting(&mut self, name: &str, value: &str) -> Result<()> {
-        if name.eq_ignore_ascii_case(STATEMENT_TIMEOUT) {
-            self.settings.statement_timeout = parse_timeout(value)?;
+        if let Some(i) = time_setting(name) {
+            let v = parse_timeout(value, i)?;
+            self.settings.values[i] = v;
+            self.settings.defaults[i] = v;
+        } else if ISOLATION_SETTINGS
+            .iter()
+            .any(|s| name.eq_ignore_ascii_case(s))
+        {
+            check_isolation_value(value)?;
         }
         Ok(())
+    }
+
+    /// How long the client may keep the session waiting for its next message, as its
+    /// settings say now.
+    pub fn idle_limits(&self) -> IdleLimits {
+        IdleLimits {
+            in_transaction: self.settings.values[IDLE_IN_TRANSACTION],
+            session: self.settings.values[IDLE_SESSION],
+        }
     }
 
     /// The running statement's interrupt: [`crate::interrupt::Interrupt::cancel`] stops it.
@@ -124,27 +229,36 @@ impl Session {
     }
 }
 
-/// A `SET` value: a number of ms, a string with a unit, or `DEFAULT`.
-fn timeout_value(v: &Expr) -> Result<Option<Duration>> {
+/// A `SET` value of setting `i`: a number of ms, a string with a unit, or `DEFAULT` (the
+/// value the session started with).
+fn timeout_value(v: &Expr, i: usize, default: Limit) -> Result<Limit> {
     match v {
         Expr::Value(v) => match &v.value {
-            Value::Number(n, _) => parse_timeout(n),
-            Value::SingleQuotedString(s) => parse_timeout(s),
-            other => parse_timeout(&other.to_string()),
+            Value::Number(n, _) => parse_timeout(n, i),
+            Value::SingleQuotedString(s) => parse_timeout(s, i),
+            other => parse_timeout(&other.to_string(), i),
         },
-        Expr::Identifier(i) if i.value.eq_ignore_ascii_case("default") => Ok(None),
-        Expr::UnaryOp { .. } => parse_timeout(&v.to_string().replace(' ', "")),
-        other => parse_timeout(&other.to_string()),
+        Expr::Identifier(id) if id.value.eq_ignore_ascii_case("default") => Ok(default),
+        Expr::UnaryOp { .. } => parse_timeout(&v.to_string().replace(' ', ""), i),
+        other => parse_timeout(&other.to_string(), i),
     }
 }
 
+/// PostgreSQL's reading of a time limit given by its name (`statement_timeout`,
+/// `idle_session_timeout`, ...): see [`parse_timeout`]. `None` for any other name.
+pub fn parse_time_setting(name: &str, text: &str) -> Option<Result<Option<Duration>>> {
+    time_setting(name).map(|i| parse_timeout(text, i))
+}
+
 /// PostgreSQL's reading of a time setting whose unit is ms: `200`, `1.5s`, `5 min`, `0`;
-/// units us, ms, s, min, h, d; rounded to whole ms; 0 is no limit.
-pub(crate) fn parse_timeout(text: &str) -> Result<Option<Duration>> {
+/// units us, ms, s, min, h, d; rounded to whole ms; 0 is no limit. `i` names the setting in
+/// errors.
+fn parse_timeout(text: &str, i: usize) -> Result<Limit> {
+    let setting = TIME_SETTINGS[i];
     let invalid = |hint: Option<&str>| {
         let e = SqlError::new(
             INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"{STATEMENT_TIMEOUT}\": \"{text}\""),
+            format!("invalid value for parameter \"{setting}\": \"{text}\""),
         );
         match hint {
             Some(h) => e.with_detail(h.to_string()),
@@ -177,7 +291,7 @@ pub(crate) fn parse_timeout(text: &str) -> Result<Option<Duration>> {
         return Err(SqlError::new(
             INVALID_PARAMETER_VALUE,
             format!(
-                "{ms} ms is outside the valid range for parameter \"{STATEMENT_TIMEOUT}\" (0 .. {MAX_MS})"
+                "{ms} ms is outside the valid range for parameter \"{setting}\" (0 .. {MAX_MS})"
             ),
         ));
     }
@@ -185,7 +299,7 @@ pub(crate) fn parse_timeout(text: &str) -> Result<Option<Duration>> {
 }
 
 /// How PostgreSQL shows it: the largest unit that divides it exactly.
-fn show_timeout(d: Option<Duration>) -> String {
+fn show_timeout(d: Limit) -> String {
     let Some(d) = d else { return "0".into() };
     let ms = d.as_millis();
     for (unit, per) in [
@@ -199,6 +313,15 @@ fn show_timeout(d: Option<Duration>) -> String {
         }
     }
     format!("{ms}ms")
+}
+
+/// A `default_transaction_isolation` value (`'serializable'`, `SERIALIZABLE`, quoted or not).
+fn check_isolation_value(value: &str) -> Result<()> {
+    let v = value.trim().trim_matches(|c| c == '\'' || c == '"').trim();
+    if v.eq_ignore_ascii_case("serializable") {
+        return Err(serializable_refused());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -222,9 +345,13 @@ mod tests {
             ("2h", "2h"),
             ("86400000", "1d"),
         ] {
-            assert_eq!(show_timeout(parse_timeout(text).unwrap()), shown, "{text}");
+            assert_eq!(
+                show_timeout(parse_timeout(text, 0).unwrap()),
+                shown,
+                "{text}"
+            );
         }
-        let e = parse_timeout("-1").unwrap_err();
+        let e = parse_timeout("-1", 0).unwrap_err();
         assert_eq!(
             (e.code, e.message.as_str()),
             (
@@ -233,7 +360,7 @@ mod tests {
             )
         );
         for bad in ["5 parsecs", "abc", "3000000000"] {
-            let e = parse_timeout(bad).unwrap_err();
+            let e = parse_timeout(bad, 0).unwrap_err();
             assert_eq!(
                 e.message,
                 format!("invalid value for parameter \"statement_timeout\": \"{bad}\"")
