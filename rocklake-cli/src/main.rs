@@ -180,6 +180,16 @@ enum Command {
         /// authentication_timeout); then its socket is closed.
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
         authentication_timeout: u64,
+        /// Close a session that leaves a transaction open and sends nothing for this long
+        /// (PostgreSQL's idle_in_transaction_session_timeout, in its units: 500ms, 30s,
+        /// 10min, 1h; 0 is no limit, the default). Its transaction rolls back. Clients may
+        /// set their own.
+        #[arg(long, default_value = "0", value_parser = idle_setting("idle_in_transaction_session_timeout"))]
+        idle_in_transaction_session_timeout: TimeLimit,
+        /// Close a session that sends nothing for this long outside a transaction
+        /// (PostgreSQL's idle_session_timeout; 0 is no limit, the default).
+        #[arg(long, default_value = "0", value_parser = idle_setting("idle_session_timeout"))]
+        idle_session_timeout: TimeLimit,
     },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
@@ -240,8 +250,22 @@ async fn main_job(_json: bool) -> CliResult {
         tls: None,
         max_connections: 100,
         authentication_timeout: std::time::Duration::from_secs(60),
+        idle: rocklake_sql::IdleLimits::default(),
     })
     .await
+}
+
+/// A time limit; `None` is no limit (PostgreSQL's 0).
+#[derive(Clone, Copy, Debug)]
+struct TimeLimit(Option<std::time::Duration>);
+
+/// A time limit given as PostgreSQL writes its setting `name` (`30s`, `10min`, `0`).
+fn idle_setting(name: &'static str) -> impl Fn(&str) -> Result<TimeLimit, String> + Clone {
+    move |v: &str| match rocklake_sql::parse_time_setting(name, v) {
+        Some(Ok(d)) => Ok(TimeLimit(d)),
+        Some(Err(e)) => Err(e.message),
+        None => Err(format!("{name} is not a time setting")),
+    }
 }
 
 fn print(json: bool, value: serde_json::Value, text: impl FnOnce() -> String) {
@@ -331,6 +355,8 @@ async fn run(command: Command, json: bool) -> CliResult {
             tls_key,
             max_connections,
             authentication_timeout,
+            idle_in_transaction_session_timeout,
+            idle_session_timeout,
         } => {
             cmd::serve::run(cmd::serve::ServeArgs {
                 url,
@@ -341,6 +367,10 @@ async fn run(command: Command, json: bool) -> CliResult {
                 tls: tls_cert.zip(tls_key),
                 max_connections: max_connections as usize,
                 authentication_timeout: std::time::Duration::from_secs(authentication_timeout),
+                idle: rocklake_sql::IdleLimits {
+                    in_transaction: idle_in_transaction_session_timeout.0,
+                    session: idle_session_timeout.0,
+                },
             })
             .await
         }

@@ -50,6 +50,8 @@ pub(crate) struct Startup {
     pub(crate) scram: Option<SASLAuthStartupHandler<Params>>,
     /// Set once the client is logged in.
     pub(crate) login: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The connection: told the client's startup settings once it is in.
+    pub(crate) conn: Arc<crate::handler::Conn>,
 }
 
 #[async_trait]
@@ -68,7 +70,8 @@ impl StartupHandler for Startup {
             Some(s) => s.on_startup(client, message).await?,
             None => self.trust.on_startup(client, message).await?,
         }
-        if matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+        if matches!(client.state(), PgWireConnectionState::ReadyForQuery) && !*self.login.borrow() {
+            self.conn.logged_in(client);
             self.login.send_replace(true);
         }
         Ok(())

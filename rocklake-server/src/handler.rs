@@ -37,7 +37,7 @@ use rocklake_sql::datafusion::arrow::datatypes::{Field, SchemaRef};
 use rocklake_sql::pg_types::{pg_type, pg_type_of, PgType};
 use rocklake_sql::session::Status;
 use rocklake_sql::types::SqlType;
-use rocklake_sql::{CopyFormat, Database, Output, Session, SqlError};
+use rocklake_sql::{CopyFormat, Database, IdleLimits, Output, Session, SqlError};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::wire::{
@@ -61,19 +61,43 @@ pub(crate) struct Conn {
     /// The session knows the client's database name.
     named: std::sync::atomic::AtomicBool,
     peer: std::net::SocketAddr,
+    /// The session's idle limits as the relay applies them (see `relay::serve`).
+    idle: tokio::sync::watch::Sender<IdleLimits>,
+    /// The server's idle limits, before the client's own settings.
+    idle_defaults: IdleLimits,
+    /// The connection's cancel handle while an Execute runs (see `on_execute`).
+    cancel: Mutex<Option<Arc<ConnectionHandle>>>,
 }
 
 impl Conn {
-    /// The connection's session, built on first use.
+    /// The connection's session, built on first use. (A message other than COPY's own in
+    /// the middle of `COPY ... FROM STDIN` never gets here: the relay ends the connection, as
+    /// PostgreSQL does.)
     async fn session(&self) -> tokio::sync::MappedMutexGuard<'_, Session> {
         let guard = self.session.lock().await;
         tokio::sync::MutexGuard::map(guard, |s: &mut Option<Session>| {
-            s.get_or_insert_with(|| Session::new(self.db.clone()))
+            s.get_or_insert_with(|| {
+                let mut s = Session::new(self.db.clone());
+                for (name, value) in idle_settings(self.idle_defaults) {
+                    if let Err(e) = s.startup_setting(name, &value) {
+                        tracing::warn!(error = %e.message, "server default ignored");
+                    }
+                }
+                s
+            })
         })
     }
 
-    pub(crate) fn new(db: Arc<Database>, peer: std::net::SocketAddr) -> Conn {
+    pub(crate) fn new(
+        db: Arc<Database>,
+        peer: std::net::SocketAddr,
+        idle: tokio::sync::watch::Sender<IdleLimits>,
+        idle_defaults: IdleLimits,
+    ) -> Conn {
         Conn {
+            idle,
+            idle_defaults,
+            cancel: Mutex::new(None),
             named: std::sync::atomic::AtomicBool::new(false),
             session: AsyncMutex::new(None),
             db,
@@ -82,6 +106,32 @@ impl Conn {
             peer,
         }
     }
+}
+
+/// The server's idle limits as the settings a session starts with.
+fn idle_settings(limits: IdleLimits) -> Vec<(&'static str, String)> {
+    let ms = |d: Option<std::time::Duration>| format!("{}ms", d.map_or(0, |d| d.as_millis()));
+    vec![
+        (
+            "idle_in_transaction_session_timeout",
+            ms(limits.in_transaction),
+        ),
+        ("idle_session_timeout", ms(limits.session)),
+    ]
+}
+
+/// The settings of a startup packet: its `options` (`-c name=value`, libpq's PGOPTIONS),
+/// then any parameter that names a setting directly (`statement_timeout=5s`), as
+/// PostgreSQL reads them.
+fn startup_settings<C: ClientInfo>(client: &C) -> Vec<(String, String)> {
+    let md = client.metadata();
+    let mut out = crate::startup::options(md.get("options").map(String::as_str));
+    for (name, value) in md {
+        if rocklake_sql::parse_time_setting(name, value).is_some() {
+            out.push((name.clone(), value.clone()));
+        }
+    }
+    out
 }
 
 fn status_of(s: Status) -> TransactionStatus {
@@ -381,7 +431,11 @@ impl SimpleQueryHandler for Conn {
             let started = std::time::Instant::now();
             let phases = session.phases();
             let rows_before = session.rows_read();
-            let cancel = watch_cancel(client, &session).await;
+            let handle = client
+                .session_extensions()
+                .get::<Arc<ConnectionHandle>>()
+                .map(|h| (*h).clone());
+            let cancel = watch_cancel(handle, &session).await;
             let results = session.execute(&sql).await;
             drop(cancel);
             // Where this message's time went in the SQL layer (`RUST_LOG=rocklake_server=debug`).
@@ -417,6 +471,7 @@ impl SimpleQueryHandler for Conn {
             }
             tracing::trace!(peer = %self.peer, elapsed_us = started.elapsed().as_micros() as u64, "query");
         }
+        self.publish(&session);
         let status = status_of(session.status());
         client.set_transaction_status(status);
         client
@@ -490,6 +545,7 @@ impl CopyHandler for Conn {
             },
         };
         client.set_transaction_status(status_of(session.status()));
+        self.publish(&session);
         match result {
             Ok(out) => {
                 client
@@ -513,6 +569,7 @@ impl CopyHandler for Conn {
         let mut session = self.session().await;
         let e = session.copy_fail(&fail.message).await;
         client.set_transaction_status(status_of(session.status()));
+        self.publish(&session);
         user_error(&e)
     }
 }
@@ -557,6 +614,41 @@ impl ExtendedQueryHandler for Conn {
 
     fn query_parser(&self) -> Arc<TextParser> {
         Arc::new(TextParser)
+    }
+
+    /// pgwire's Execute races the statement against the session's cancel signal and, when
+    /// the cancel wins, drops the statement wherever it was: its transaction and writes so
+    /// far stay in the session, and the next statement's commit would land them. So while
+    /// pgwire runs the Execute it sees a stand-in handle whose cancel never fires, and the
+    /// real one goes to the statement's interrupt ([`watch_cancel`]), as for a simple query:
+    /// the statement then ends as a failed one does.
+    async fn on_execute<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Execute,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let extensions = client.session_extensions();
+        let real = extensions
+            .get::<Arc<ConnectionHandle>>()
+            .map(|h| (*h).clone());
+        if let Some(real) = &real {
+            extensions.insert::<Arc<ConnectionHandle>>(Arc::new(ConnectionHandle::default()));
+            *self.cancel.lock().unwrap_or_else(|e| e.into_inner()) = Some(real.clone());
+        }
+        let r = self._on_execute(client, message).await;
+        self.cancel.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(real) = real {
+            client
+                .session_extensions()
+                .insert::<Arc<ConnectionHandle>>(real);
+        }
+        r
     }
 
     /// Bind converts the parameter values right away, so that a value that is not of its
@@ -762,12 +854,18 @@ impl ExtendedQueryHandler for Conn {
             Some(p) => p,
             None => bind_parameters(&mut session, portal).await?,
         };
-        // pgwire's Execute races this future against the connection's cancel receiver
-        // itself, so a cancel here drops the statement rather than failing it.
+        let handle = self
+            .cancel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let cancel = watch_cancel(handle, &session).await;
         let mut results = session
             .execute_with_params(&portal.statement.statement, &params)
             .await;
+        drop(cancel);
         client.set_transaction_status(status_of(session.status()));
+        self.publish(&session);
         if results.len() > 1 {
             return Err(user_error(&SqlError::new(
                 "42601",
@@ -927,8 +1025,8 @@ impl Drop for CancelWatch {
     }
 }
 
-async fn watch_cancel<C: ClientInfo>(client: &C, session: &Session) -> CancelWatch {
-    let Some(handle) = client.session_extensions().get::<Arc<ConnectionHandle>>() else {
+async fn watch_cancel(handle: Option<Arc<ConnectionHandle>>, session: &Session) -> CancelWatch {
+    let Some(handle) = handle else {
         return CancelWatch(None);
     };
     let interrupt = session.interrupt();
@@ -1054,6 +1152,7 @@ impl PgWireServerHandlers for Handlers {
                     .with_pid_secret_key_generator(pids)
             }),
             login: self.login.clone(),
+            conn: self.conn.clone(),
         })
     }
 
@@ -1065,6 +1164,29 @@ impl PgWireServerHandlers for Handlers {
 }
 
 impl Conn {
+    /// The client has logged in: the relay's idle limits from the server's defaults and the
+    /// client's startup settings (the session itself is only built at its first statement).
+    pub(crate) fn logged_in<C: ClientInfo>(&self, client: &C) {
+        let mut limits = self.idle_defaults;
+        for (name, value) in startup_settings(client) {
+            if let Some(Ok(v)) = rocklake_sql::parse_time_setting(&name, &value) {
+                if name.eq_ignore_ascii_case("idle_in_transaction_session_timeout") {
+                    limits.in_transaction = v;
+                } else if name.eq_ignore_ascii_case("idle_session_timeout") {
+                    limits.session = v;
+                }
+            }
+        }
+        self.idle.send_replace(limits);
+    }
+
+    /// The session's idle limits, as its settings have them after a statement, to the relay.
+    fn publish(&self, session: &Session) {
+        let limits = session.idle_limits();
+        self.idle
+            .send_if_modified(|l| std::mem::replace(l, limits) != limits);
+    }
+
     /// Tell the session the client's database name, once (the startup parameters are only
     /// known after authentication, whichever way it went).
     async fn name_database<C: ClientInfo>(&self, client: &C, session: &mut Session) {
@@ -1078,17 +1200,12 @@ impl Conn {
             .cloned()
             .unwrap_or_default();
         session.set_database(&db);
-        // `options=-c statement_timeout=5s` (libpq's PGOPTIONS), as PostgreSQL reads it.
-        for (name, value) in crate::startup::options(md.get("options").map(String::as_str)) {
+        for (name, value) in startup_settings(client) {
             if let Err(e) = session.startup_setting(&name, &value) {
                 tracing::info!(peer = %self.peer, error = %e.message, "startup option ignored");
             }
         }
-        if let Some(v) = md.get("statement_timeout") {
-            if let Err(e) = session.startup_setting("statement_timeout", v) {
-                tracing::info!(peer = %self.peer, error = %e.message, "startup option ignored");
-            }
-        }
+        self.publish(session);
         tracing::info!(
             peer = %self.peer,
             user = md.get("user").map(String::as_str).unwrap_or(""),

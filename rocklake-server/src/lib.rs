@@ -59,6 +59,11 @@ pub struct ServerOptions {
     /// How long a client has from connecting to being logged in (PostgreSQL's
     /// `authentication_timeout`, 60 s); then its socket is closed.
     pub authentication_timeout: Duration,
+    /// The sessions' defaults for `idle_in_transaction_session_timeout` and
+    /// `idle_session_timeout` (PostgreSQL's: none). A client's startup options and `SET`
+    /// change its own; a session that keeps the server waiting longer is closed with FATAL
+    /// `25P03` or `57P05`, and its open transaction rolled back.
+    pub idle: rocklake_sql::IdleLimits,
 }
 
 impl Default for ServerOptions {
@@ -71,6 +76,7 @@ impl Default for ServerOptions {
             tls: None,
             max_connections: 100,
             authentication_timeout: Duration::from_secs(60),
+            idle: rocklake_sql::IdleLimits::default(),
         }
     }
 }
@@ -220,6 +226,7 @@ impl Server {
                         tls: tls.clone(),
                         max,
                         deadline: tokio::time::Instant::now() + self.options.authentication_timeout,
+                        idle: self.options.idle,
                     };
                     tasks.spawn(connection.serve(socket, peer, waiting));
                 }
@@ -269,6 +276,8 @@ struct Connection {
     max: usize,
     /// When it must be logged in.
     deadline: tokio::time::Instant,
+    /// The server's idle limits, before the client's own settings.
+    idle: rocklake_sql::IdleLimits,
 }
 
 impl Connection {
@@ -309,8 +318,9 @@ impl Connection {
             }
         };
         let (login, logged_in) = tokio::sync::watch::channel(false);
+        let (idle, idle_limits) = tokio::sync::watch::channel(self.idle);
         let handlers = handler::Handlers {
-            conn: Arc::new(handler::Conn::new(self.db.clone(), peer)),
+            conn: Arc::new(handler::Conn::new(self.db.clone(), peer, idle, self.idle)),
             params: self.params.clone(),
             manager: self.manager.clone(),
             pids: self.pids.clone(),
@@ -326,6 +336,7 @@ impl Connection {
                 deadline: self.deadline,
                 done: logged_in,
             },
+            idle_limits,
         );
         let served = pgwire::tokio::process_socket_unix(inner, handlers);
         let (r, s) = tokio::join!(checked, served);

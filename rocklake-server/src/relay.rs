@@ -8,12 +8,21 @@
 //! client has logged in, messages are held to PostgreSQL's small pre-authentication sizes and
 //! the login to its deadline. A malformed message ends the connection the way PostgreSQL ends
 //! it: a FATAL ErrorResponse with SQLSTATE 08P01, then close. Other connections go on.
+//!
+//! The relay also sees when the session waits for the client (every ReadyForQuery owed has
+//! reached it, and nothing has come since), so it is where the idle limits are kept: past
+//! `idle_in_transaction_session_timeout` (inside a block) or `idle_session_timeout` (outside)
+//! the client gets PostgreSQL's FATAL `25P03` or `57P05` and the connection is closed; the
+//! session ends with it, and its open transaction rolls back.
 
 use std::io;
 
 use pgwire::tokio::tokio_rustls;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::watch;
+
+use rocklake_sql::IdleLimits;
 
 /// The largest message accepted once a client has logged in (PostgreSQL's own limit is 1 GiB;
 /// catalog traffic is far below this).
@@ -156,18 +165,44 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, tls: &Tls) -> io:
 /// Pass `first` (the startup packet) and then every checked message on to pgwire, and its
 /// answers back, until either side closes. A connection that has not logged in by
 /// `login.deadline` is told so and closed, as PostgreSQL's `authentication_timeout` does.
+/// One that keeps the server waiting for its next message longer than `idle` allows is
+/// closed as PostgreSQL's `idle_in_transaction_session_timeout` and `idle_session_timeout`
+/// close it (see [`Ready`]).
 pub(crate) async fn serve(
     stream: Box<dyn Stream>,
     inner: UnixStream,
     password: bool,
     first: Vec<u8>,
     login: Login,
+    mut idle: watch::Receiver<IdleLimits>,
 ) -> io::Result<()> {
     let (mut inner_read, mut inner_write) = inner.into_split();
     inner_write.write_all(&first).await?;
     let (mut tcp_read, mut tcp_write) = tokio::io::split(stream);
+    let (ready_tx, mut ready) = watch::channel(Ready::default());
     let mut back = tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut inner_read, &mut tcp_write).await;
+        let mut buf = vec![0u8; 16 << 10];
+        let mut scan = Scanner::default();
+        loop {
+            let n = match inner_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // Counted before the client has them, so that what it sends in answer is read
+            // knowing them (a CopyInResponse changes what it may send).
+            scan.feed(&buf[..n], |seen| {
+                ready_tx.send_modify(|r| match seen {
+                    Seen::Ready(status) => {
+                        r.count += 1;
+                        r.status = status;
+                    }
+                    Seen::CopyIn => r.copies += 1,
+                })
+            });
+            if tcp_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
         tcp_write
     });
     let logged_in = login.done.clone();
@@ -183,43 +218,107 @@ pub(crate) async fn serve(
     tokio::pin!(expired);
     let mut passwords = 0usize;
     let mut ended = None;
-    let refused = loop {
+    // Messages that each earn one ReadyForQuery: the startup packet, each Query and Sync.
+    let mut requests = 1u64;
+    // CopyDone and CopyFail messages relayed (each ends a COPY FROM STDIN).
+    let mut copies_ended = 0u64;
+    let mut idle_since = tokio::time::Instant::now();
+    let (mut ready_open, mut idle_open) = (true, true);
+    let refused = 'relay: loop {
         let limit = if *logged_in.borrow() {
             MAX_MESSAGE
         } else {
             MAX_AUTH_MESSAGE
         };
-        let message = tokio::select! {
-            m = read_message(&mut tcp_read, limit) => m,
-            // pgwire closed its end (a refused login, its own timeout): nothing to relay.
-            w = &mut back => {
-                ended = Some(w);
-                break None;
-            }
-            () = &mut expired => {
-                break Some(("57014", "canceling authentication due to timeout".to_string()));
+        let read = read_message(&mut tcp_read, limit);
+        tokio::pin!(read);
+        let message = loop {
+            let waiting = {
+                let r = *ready.borrow();
+                let limits = *idle.borrow();
+                match r.status {
+                    _ if r.count < requests => None,
+                    b'I' => limits.session.map(|d| (d, IDLE_SESSION)),
+                    _ => limits.in_transaction.map(|d| (d, IDLE_IN_TRANSACTION)),
+                }
+            };
+            let idle_timer = async {
+                match waiting {
+                    Some((d, why)) => {
+                        tokio::time::sleep_until(idle_since + d).await;
+                        why
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                m = &mut read => break m,
+                // pgwire closed its end (a refused login, its own timeout): nothing to relay.
+                w = &mut back => {
+                    ended = Some(w);
+                    break 'relay None;
+                }
+                () = &mut expired => {
+                    break 'relay Some(closing("57014", "canceling authentication due to timeout"));
+                }
+                r = ready.changed(), if ready_open => {
+                    ready_open = r.is_ok();
+                    idle_since = tokio::time::Instant::now();
+                }
+                r = idle.changed(), if idle_open => idle_open = r.is_ok(),
+                (code, why) = idle_timer => {
+                    break 'relay Some(closing(code, why));
+                }
             }
         };
         let (head, body) = match message {
             Ok(Some(m)) => m,
             Ok(None) => break None,
-            Err(Bad(why)) => break Some(("08P01", why)),
+            Err(Bad(why)) => break Some(closing("08P01", &why)),
         };
         let kind = head[0];
+        // In COPY FROM STDIN only its own messages may come (Flush and Sync are let be, as
+        // PostgreSQL lets them be); anything else, PostgreSQL answers with an error and
+        // ends the connection: client and server no longer agree on what comes next.
+        let copying = ready.borrow().copies > copies_ended;
+        if copying {
+            match kind {
+                b'd' | b'H' | b'S' => {}
+                b'c' | b'f' => copies_ended += 1,
+                _ => {
+                    let why = format!(
+                        "unexpected message type {} during COPY from stdin",
+                        shown(kind)
+                    );
+                    tracing::info!(error = %why, "ending a COPY");
+                    let mut bytes = message_response("ERROR", "08P01", &why);
+                    bytes.extend(message_response(
+                        "FATAL",
+                        "08P01",
+                        "terminating connection because protocol synchronization was lost",
+                    ));
+                    break Some(bytes);
+                }
+            }
+        }
         let first_password = kind == b'p' && passwords == 0 && password;
         if kind == b'p' {
             passwords += 1;
         }
         if let Err(Bad(why)) = check(kind, &body, first_password) {
-            break Some(("08P01", why));
+            break Some(closing("08P01", &why));
         }
         if inner_write.write_all(&head).await.is_err()
             || inner_write.write_all(&body).await.is_err()
         {
             break None;
         }
-        if kind == b'X' {
-            break None;
+        match kind {
+            b'X' => break None,
+            b'Q' => requests += 1,
+            // A Sync in COPY earns no ReadyForQuery.
+            b'S' if !copying => requests += 1,
+            _ => {}
         }
     };
     // pgwire sees the end of its input, finishes what it was sending, and closes.
@@ -229,13 +328,88 @@ pub(crate) async fn serve(
         None => back.await.ok(),
     };
     if let Some(mut w) = tcp_write {
-        if let Some((code, why)) = refused {
-            tracing::info!(code, error = %why, "closing a connection");
-            let _ = w.write_all(&error_response(code, &why)).await;
+        if let Some(last) = refused {
+            let _ = w.write_all(&last).await;
         }
         let _ = w.shutdown().await;
     }
     Ok(())
+}
+
+/// PostgreSQL's answer when `idle_session_timeout` runs out.
+const IDLE_SESSION: (&str, &str) = (
+    "57P05",
+    "terminating connection due to idle-session timeout",
+);
+/// PostgreSQL's answer when `idle_in_transaction_session_timeout` runs out.
+const IDLE_IN_TRANSACTION: (&str, &str) = (
+    "25P03",
+    "terminating connection due to idle-in-transaction timeout",
+);
+
+/// The ReadyForQuery messages the server has sent so far, and the transaction status of
+/// the last one.
+///
+/// The session waits for the client's next message, as PostgreSQL's idle timeouts count it,
+/// from the moment the client has a ReadyForQuery for every message that asks for one (the
+/// startup packet, each Query, each Sync) until its next message: a client that pipelines a
+/// second Query before the first one's answer is not idle in between.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ready {
+    count: u64,
+    status: u8,
+    /// CopyInResponses sent so far.
+    copies: u64,
+}
+
+/// A backend message the relay acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// ReadyForQuery, with its transaction status.
+    Ready(u8),
+    /// CopyInResponse: the client sends COPY data next.
+    CopyIn,
+}
+
+/// Finds the ReadyForQuery and CopyInResponse messages in the server's byte stream (one message may arrive in
+/// pieces, and one read may hold many).
+#[derive(Debug, Default)]
+struct Scanner {
+    head: [u8; 5],
+    have: usize,
+    /// Bytes of the current message's body still to come.
+    left: usize,
+}
+
+impl Scanner {
+    /// Read `b`; `seen` for each ReadyForQuery and CopyInResponse in it.
+    fn feed(&mut self, mut b: &[u8], mut seen: impl FnMut(Seen)) {
+        while !b.is_empty() {
+            if self.left > 0 {
+                // A ReadyForQuery's body is its one status byte.
+                if self.head[0] == b'Z' && self.left == 1 {
+                    seen(Seen::Ready(b[0]));
+                }
+                let n = self.left.min(b.len());
+                self.left -= n;
+                b = &b[n..];
+                continue;
+            }
+            let n = (5 - self.have).min(b.len());
+            self.head[self.have..self.have + n].copy_from_slice(&b[..n]);
+            self.have += n;
+            b = &b[n..];
+            if self.have == 5 {
+                self.have = 0;
+                let h = &self.head;
+                self.left =
+                    (u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize).saturating_sub(4);
+                if h[0] == b'G' {
+                    seen(Seen::CopyIn);
+                }
+            }
+        }
+    }
 }
 
 /// Read one message (type byte, length word, body) of at most `limit` bytes; `None` when
@@ -278,8 +452,24 @@ async fn fatal<S: AsyncWrite + Unpin>(tcp: &mut S, why: &str) -> io::Result<()> 
 
 /// A FATAL ErrorResponse with SQLSTATE `code` (08P01: a protocol violation).
 fn error_response(code: &str, why: &str) -> Vec<u8> {
+    message_response("FATAL", code, why)
+}
+
+/// The FATAL ErrorResponse that ends a connection, logged.
+fn closing(code: &str, why: &str) -> Vec<u8> {
+    tracing::info!(code, error = %why, "closing a connection");
+    error_response(code, why)
+}
+
+/// An ErrorResponse of `severity` (`ERROR`, `FATAL`) with SQLSTATE `code`.
+fn message_response(severity: &str, code: &str, why: &str) -> Vec<u8> {
     let mut body = Vec::new();
-    for (code, text) in [(b'S', "FATAL"), (b'V', "FATAL"), (b'C', code), (b'M', why)] {
+    for (code, text) in [
+        (b'S', severity),
+        (b'V', severity),
+        (b'C', code),
+        (b'M', why),
+    ] {
         body.push(code);
         body.extend_from_slice(text.as_bytes());
         body.push(0);
@@ -455,6 +645,36 @@ fn check(kind: u8, body: &[u8], first_password: bool) -> Result<(), Bad> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ready_for_query_and_copy_in_are_found_however_the_stream_is_cut() {
+        // CommandComplete, a DataRow holding a 'Z' byte, ReadyForQuery 'T', CopyInResponse,
+        // ReadyForQuery 'I'.
+        let mut stream = Vec::new();
+        for (kind, body) in [
+            (b'C', &b"SELECT 1\0"[..]),
+            (b'D', &b"\0\x01\0\0\0\x01Z"[..]),
+            (b'Z', &b"T"[..]),
+            (b'G', &b"\0\0\x01\0\0"[..]),
+            (b'Z', &b"I"[..]),
+        ] {
+            stream.push(kind);
+            stream.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+            stream.extend_from_slice(body);
+        }
+        for piece in 1..=stream.len() {
+            let mut scan = Scanner::default();
+            let mut seen = Vec::new();
+            for chunk in stream.chunks(piece) {
+                scan.feed(chunk, |s| seen.push(s));
+            }
+            assert_eq!(
+                seen,
+                [Seen::Ready(b'T'), Seen::CopyIn, Seen::Ready(b'I')],
+                "pieces of {piece} bytes"
+            );
+        }
+    }
 
     #[test]
     fn message_layouts_are_checked_before_decoding() {

@@ -166,9 +166,16 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
             _ => return Err(cannot()),
         },
         "timestamp" | "timestamptz" => match array.data_type() {
-            DataType::Timestamp(TimeUnit::Microsecond, _) => buf.put_i64(
-                array.as_primitive::<TimestampMicrosecondType>().value(row) - PG_EPOCH_MICROS,
-            ),
+            DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                let v = array.as_primitive::<TimestampMicrosecondType>().value(row);
+                // PostgreSQL's infinities are i64::MAX / i64::MIN on both sides of the epoch
+                // shift (as the binary input keeps them).
+                buf.put_i64(if v == i64::MAX || v == i64::MIN {
+                    v
+                } else {
+                    v - PG_EPOCH_MICROS
+                })
+            }
             _ => return Err(cannot()),
         },
         "numeric" => match array.data_type() {
@@ -870,7 +877,9 @@ fn recv(b: &[u8], ty: SqlType) -> Result<Value, SqlError> {
             Value::Int(if v == i64::MAX || v == i64::MIN {
                 v
             } else {
-                v + PG_EPOCH_MICROS
+                v.checked_add(PG_EPOCH_MICROS)
+                    .filter(|v| *v != i64::MAX)
+                    .ok_or_else(|| SqlError::new("22008", "timestamp out of range"))?
             })
         }
         SqlType::Date => {

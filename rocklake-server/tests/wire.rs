@@ -215,6 +215,29 @@ async fn every_message_matches_postgres() {
             }
             assert_eq!(b, a, "{engine}: {q}");
         }
+        // PostgreSQL's bounds on result columns and table columns (54011), just under and
+        // just over.
+        let list = |n: usize, each: &dyn Fn(usize) -> String| {
+            (0..n).map(each).collect::<Vec<_>>().join(", ")
+        };
+        for q in [
+            format!("SELECT {}", list(1664, &|i| i.to_string())),
+            format!("SELECT {}", list(1665, &|i| i.to_string())),
+            format!(
+                "CREATE TABLE wide ({})",
+                list(1601, &|i| format!("c{i} INTEGER"))
+            ),
+        ] {
+            // Each message cut to its start: a row of 1,664 values is long.
+            let cut = |m: Vec<String>| -> Vec<String> {
+                m.into_iter()
+                    .map(|s| s.chars().take(60).collect())
+                    .collect()
+            };
+            let a = cut(comparable(&theirs.query(&q).await));
+            let b = cut(comparable(&ours.query(&q).await));
+            assert_eq!(b, a, "{engine}: {}... ({} bytes)", &q[..40], q.len());
+        }
         // CSV in: quoted delimiters, quotes and line breaks, a quoted empty string (a value)
         // beside an unquoted empty field (NULL), a HEADER line, CRLF line ends; then a row
         // with a missing field and an unterminated quote, refused whole.
@@ -245,6 +268,37 @@ async fn every_message_matches_postgres() {
             let b = comparable(&ours.copy_in(copy, data).await);
             assert_eq!(b, a, "{engine}: {copy}");
         }
+        // A Query where COPY's rows or CopyDone should be: PostgreSQL answers it with an
+        // error (08P01), then ends the connection (FATAL 08P01: the protocol is out of step);
+        // nothing of the COPY, or of the block it ran in, lands.
+        for side in [&mut theirs, &mut ours] {
+            assert_eq!(
+                kinds(
+                    &side
+                        .query("BEGIN; INSERT INTO c VALUES (31, 'block', 1)")
+                        .await
+                ),
+                "C C Z"
+            );
+        }
+        let (copy, rows, next) = ("COPY c FROM STDIN", b"30\tlost\t1\n", "SELECT 1");
+        let a = theirs.copy_in_then_query(copy, rows, next).await;
+        let b = ours.copy_in_then_query(copy, rows, next).await;
+        assert_eq!(comparable(&a[1..]), ["E 08P01", "E 08P01"], "{a:?}");
+        assert_eq!(
+            comparable(&b),
+            comparable(&a),
+            "{engine}: {copy}, then {next}"
+        );
+        let severity = |m: &[common::Msg]| m.iter().map(|m| m.field(b'S')).collect::<Vec<_>>();
+        assert_eq!(severity(&b[1..]), severity(&a[1..]), "{engine}");
+        assert!(theirs.read().await.is_none() && ours.read().await.is_none());
+        (theirs, _) = Raw::connect(common::host_port(&pg), "postgres", "rocklake_wire").await;
+        (ours, _) = Raw::connect(server.addr, "duck", "lake").await;
+        let q = "SELECT count(*) FROM c WHERE a IN (30, 31)";
+        let (a, b) = (theirs.query(q).await, ours.query(q).await);
+        assert_eq!(comparable(&b), comparable(&a), "{engine}: {q}");
+        assert_eq!(String::from_utf8_lossy(&a[1].body[6..]), "0");
         let q = "SELECT a, v, v IS NULL, n FROM c ORDER BY a";
         let (a, b) = (theirs.query(q).await, ours.query(q).await);
         assert_eq!(kinds(&a), "T D D D D D D D D D C Z", "{a:?}");
@@ -413,7 +467,40 @@ async fn every_message_matches_postgres() {
                 &[0, 1],
             ),
             ("SELECT a, v FROM t ORDER BY a", &[], vec![], &[0, 1]),
+            // Timestamps at PostgreSQL's infinities (stored by the binary COPY above), sent
+            // in binary and as text.
+            (
+                "SELECT a, ts, tz FROM t WHERE a = $1",
+                &[],
+                vec![(0, Some(b"21"))],
+                &[1, 1, 1],
+            ),
+            (
+                "SELECT a, ts, tz FROM t WHERE a = $1",
+                &[],
+                vec![(0, Some(b"21"))],
+                &[0, 0, 0],
+            ),
+            (
+                "DELETE FROM t WHERE a = $1",
+                &[],
+                vec![(0, Some(b"21"))],
+                &[],
+            ),
         ];
+        // PostgreSQL's infinities in binary: i64::MAX and i64::MIN, through COPY.
+        let mut copy = b"PGCOPY\n\xff\r\n\0".to_vec();
+        copy.extend_from_slice(&[0; 8]);
+        copy.extend_from_slice(&3i16.to_be_bytes());
+        for v in [21i64, i64::MAX, i64::MIN] {
+            copy.extend_from_slice(&8i32.to_be_bytes());
+            copy.extend_from_slice(&v.to_be_bytes());
+        }
+        copy.extend_from_slice(&(-1i16).to_be_bytes());
+        let q = "COPY t (a, ts, tz) FROM STDIN (FORMAT binary)";
+        let a = comparable(&theirs.copy_in(q, &copy).await);
+        let b = comparable(&ours.copy_in(q, &copy).await);
+        assert_eq!(b, a, "{engine}: {q}");
         for (q, types, params, results) in extended {
             let a = comparable(&theirs.extended(q, types, params, results).await);
             let b = comparable(&ours.extended(q, types, params, results).await);
@@ -577,7 +664,9 @@ async fn cancel_ends_the_statement_as_an_error_does() {
     // cancel that does not stop it fails the test rather than hanging it: the join holds
     // one of the test runtime's two threads).
     let join = "FROM generate_series(1, 100000) a(x), generate_series(1, 300000) b(x)";
-    for (setup, statement) in [
+    // Each through the simple protocol, then the extended one (a driver's prepared
+    // statement, as tokio-postgres's `execute` sends it).
+    let cases = [
         (
             "BEGIN; INSERT INTO k VALUES (1)",
             format!("SELECT sum(a.x + b.x) {join}"),
@@ -586,13 +675,23 @@ async fn cancel_ends_the_statement_as_an_error_does() {
             "",
             format!("INSERT INTO k SELECT a.x {join} WHERE a.x + b.x < 3 OR a.x + b.x > 399999"),
         ),
-    ] {
+    ];
+    for (extended, (setup, statement)) in [false, true]
+        .into_iter()
+        .flat_map(|e| cases.iter().cloned().map(move |c| (e, c)))
+    {
         if !setup.is_empty() {
             first.batch_execute(setup).await.unwrap();
         }
         let token = first.cancel_token();
         let running = first.clone();
-        let long = tokio::spawn(async move { running.simple_query(&statement).await });
+        let long = tokio::spawn(async move {
+            if extended {
+                running.execute(statement.as_str(), &[]).await.map(drop)
+            } else {
+                running.simple_query(&statement).await.map(drop)
+            }
+        });
         // A cancel that arrives before the statement has started cancels nothing, as in
         // PostgreSQL (on a loaded machine the statement may start late): cancel until it
         // ends, which a working cancel makes the first cancel after its start.
@@ -622,10 +721,150 @@ async fn cancel_ends_the_statement_as_an_error_does() {
                 "the block is aborted: {e:?}"
             );
             first.batch_execute("ROLLBACK").await.unwrap();
+        } else {
+            // The session goes on, and its next statement lands nothing of the cancelled one.
+            first.execute("SELECT 1", &[]).await.unwrap();
         }
         let rows = second.simple_query("SELECT count(*) FROM k").await.unwrap();
-        assert_eq!(rows_of(&rows), vec![vec!["0".to_string()]], "{setup:?}");
+        assert_eq!(
+            rows_of(&rows),
+            vec![vec!["0".to_string()]],
+            "extended: {extended}, {setup:?}"
+        );
     }
+}
+
+/// PostgreSQL's idle limits: a session that leaves a block open and sends nothing for
+/// `idle_in_transaction_session_timeout` is closed with FATAL 25P03 and its block rolled
+/// back; one idle outside a block for `idle_session_timeout` (here from its startup
+/// options) with FATAL 57P05. A statement that runs longer than the limit, or a Query sent
+/// before the previous one's answer, is not idleness. Every message as PostgreSQL's when
+/// one is given; the server's own default, `SHOW` and `SET` on RockLake alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_are_closed_as_postgresql_closes_them() {
+    use std::time::Instant;
+    let server = serve("sled", ServerOptions::default()).await;
+    let mut sides = vec![("rocklake", server.addr, "lake".to_string())];
+    if let Some(pg) = pg_url() {
+        let url = pg_fresh_db(&pg, "rocklake_idle").await;
+        sides.push((
+            "postgres",
+            common::host_port(&url),
+            "rocklake_idle".to_string(),
+        ));
+    }
+    // A statement that runs for a while on both (a join made in the executor's own loop).
+    let slow = "SELECT count(*) FROM generate_series(1, 3000) a(x), generate_series(1, 1000) b(x) \
+                WHERE a.x + b.x > 0";
+    let mut answers = Vec::new();
+    for (name, addr, db) in &sides {
+        let (mut c, _) = Raw::connect(*addr, "postgres", db).await;
+        c.query("DROP TABLE IF EXISTS idle_t").await;
+        assert_eq!(
+            kinds(&c.query("CREATE TABLE idle_t (a BIGINT PRIMARY KEY)").await),
+            "C Z"
+        );
+        // The limit: a third of what the slow statement takes here, so that it runs
+        // longer than the limit.
+        let started = Instant::now();
+        assert_eq!(kinds(&c.query(slow).await), "T D C Z", "{name}");
+        let limit = (started.elapsed() / 3).max(Duration::from_millis(50));
+        eprintln!(
+            "{name}: the slow statement took {:?}; limit {limit:?}",
+            started.elapsed()
+        );
+        let mut seen = Vec::new();
+        let set = format!(
+            "SET idle_in_transaction_session_timeout = {}",
+            limit.as_millis()
+        );
+        seen.push(comparable(&c.query(&set).await));
+        seen.push(comparable(
+            &c.query("BEGIN; INSERT INTO idle_t VALUES (1)").await,
+        ));
+        // Two Queries sent together, the first longer than the limit: neither is cut.
+        for q in [slow, "SELECT 2"] {
+            let mut b = q.as_bytes().to_vec();
+            b.push(0);
+            c.send(b'Q', &b).await;
+        }
+        let first = c.until_ready().await;
+        let idle_from = Instant::now();
+        let second = c.until_ready().await;
+        assert_eq!(kinds(&first), "T D C Z", "{name}: {first:?}");
+        assert_eq!(kinds(&second), "T D C Z", "{name}: {second:?}");
+        // Then nothing: the session is closed, its block rolled back.
+        let end = c.until_closed().await;
+        let waited = idle_from.elapsed();
+        assert!(
+            waited >= limit,
+            "{name}: closed after {waited:?}, limit {limit:?}"
+        );
+        assert_eq!(end.len(), 1, "{name}: {end:?}");
+        assert_eq!(end[0].field(b'S').as_deref(), Some("FATAL"), "{name}");
+        seen.push(comparable(&end));
+        let (mut d, _) = Raw::connect(*addr, "postgres", db).await;
+        seen.push(comparable(&d.query("SELECT count(*) FROM idle_t").await));
+
+        // idle_session_timeout from the startup options: not while a block is open, then
+        // at the first idle moment outside one.
+        let options = format!("-c idle_session_timeout={}ms", limit.as_millis());
+        let (mut e, _) = Raw::connect_with(
+            *addr,
+            &[
+                ("user", "postgres"),
+                ("database", db),
+                ("options", &options),
+            ],
+        )
+        .await;
+        seen.push(comparable(&e.query("BEGIN").await));
+        tokio::time::sleep(limit * 2).await;
+        seen.push(comparable(&e.query("COMMIT").await));
+        let idle_from = Instant::now();
+        let end = e.until_closed().await;
+        assert!(idle_from.elapsed() >= limit, "{name}");
+        seen.push(comparable(&end));
+        answers.push(seen);
+    }
+    assert_eq!(answers[0][2], ["E 25P03"]);
+    assert_eq!(answers[0][6], ["E 57P05"]);
+    if answers.len() == 2 {
+        assert_eq!(answers[0], answers[1], "RockLake, then PostgreSQL");
+    }
+    server.stop().await;
+
+    // The server's own defaults: what a session starts with, what SHOW says and RESET goes
+    // back to; a session's SET takes it off.
+    let server = serve(
+        "sled",
+        ServerOptions {
+            idle: rocklake_sql::IdleLimits {
+                in_transaction: Some(Duration::from_millis(200)),
+                session: Some(Duration::from_millis(300)),
+            },
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let (mut c, _) = Raw::connect(server.addr, "duck", "lake").await;
+    let shown = c
+        .query("SHOW idle_in_transaction_session_timeout; SHOW idle_session_timeout")
+        .await;
+    let text: Vec<String> = shown
+        .iter()
+        .filter(|m| m.kind == b'D')
+        .map(|m| String::from_utf8_lossy(&m.body[6..]).to_string())
+        .collect();
+    assert_eq!(text, ["200ms", "300ms"]);
+    c.query("SET idle_session_timeout = 0").await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(kinds(&c.query("RESET idle_session_timeout").await), "C Z");
+    assert_eq!(comparable(&c.until_closed().await), ["E 57P05"]);
+    let (mut c, _) = Raw::connect(server.addr, "duck", "lake").await;
+    c.query("BEGIN").await;
+    assert_eq!(comparable(&c.until_closed().await), ["E 25P03"]);
+    server.stop().await;
 }
 
 /// Eight connections race to commit the same primary keys: exactly one wins each, the others

@@ -22,6 +22,7 @@ pub(crate) struct ServeArgs {
     pub(crate) tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
     pub(crate) max_connections: usize,
     pub(crate) authentication_timeout: Duration,
+    pub(crate) idle: rocklake_sql::IdleLimits,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> CliResult {
@@ -68,6 +69,7 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         grace: Duration::from_secs(5),
         max_connections: args.max_connections,
         authentication_timeout: args.authentication_timeout,
+        idle: args.idle,
     };
     let shutdown = shutdown_signal();
     let server = Server::bind(db.clone(), options)

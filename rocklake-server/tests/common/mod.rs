@@ -193,10 +193,16 @@ impl Raw {
     /// Connect and start up as `user` on `database` (the server must trust the client);
     /// returns the messages up to the first ReadyForQuery.
     pub async fn connect(addr: SocketAddr, user: &str, database: &str) -> (Raw, Vec<Msg>) {
+        Raw::connect_with(addr, &[("user", user), ("database", database)]).await
+    }
+
+    /// Connect with these startup parameters (`user` among them); the messages up to the
+    /// first ReadyForQuery.
+    pub async fn connect_with(addr: SocketAddr, params: &[(&str, &str)]) -> (Raw, Vec<Msg>) {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         let mut body = Vec::new();
         body.extend_from_slice(&196_608u32.to_be_bytes());
-        for (k, v) in [("user", user), ("database", database)] {
+        for (k, v) in params {
             body.extend_from_slice(k.as_bytes());
             body.push(0);
             body.extend_from_slice(v.as_bytes());
@@ -241,6 +247,15 @@ impl Raw {
         })
     }
 
+    /// Read messages until the server closes the connection.
+    pub async fn until_closed(&mut self) -> Vec<Msg> {
+        let mut out = Vec::new();
+        while let Some(m) = self.read().await {
+            out.push(m);
+        }
+        out
+    }
+
     /// Read messages up to and including the next ReadyForQuery.
     pub async fn until_ready(&mut self) -> Vec<Msg> {
         let mut out = Vec::new();
@@ -272,6 +287,23 @@ impl Raw {
         if out[0].kind == b'G' {
             self.send(b'd', data).await;
             self.send(b'c', &[]).await;
+        }
+        out.extend(self.until_ready().await);
+        out
+    }
+
+    /// A simple-Query COPY ... FROM STDIN with `data` in one CopyData, then, where CopyDone
+    /// should come, the simple Query `next`; the messages up to ReadyForQuery.
+    pub async fn copy_in_then_query(&mut self, sql: &str, data: &[u8], next: &str) -> Vec<Msg> {
+        let mut b = sql.as_bytes().to_vec();
+        b.push(0);
+        self.send(b'Q', &b).await;
+        let mut out = vec![self.read().await.unwrap()];
+        if out[0].kind == b'G' {
+            self.send(b'd', data).await;
+            let mut q = next.as_bytes().to_vec();
+            q.push(0);
+            self.send(b'Q', &q).await;
         }
         out.extend(self.until_ready().await);
         out
