@@ -754,7 +754,8 @@ async fn idle_sessions_are_closed_as_postgresql_closes_them() {
         ));
     }
     // A statement that runs for a while on both (a join made in the executor's own loop).
-    let slow = "SELECT count(*) FROM generate_series(1, 3000) a(x), generate_series(1, 1000) b(x) \
+    let slow =
+        "SELECT count(*) FROM generate_series(1, 20000) a(x), generate_series(1, 1000) b(x) \
                 WHERE a.x + b.x > 0";
     let mut answers = Vec::new();
     for (name, addr, db) in &sides {
@@ -788,8 +789,15 @@ async fn idle_sessions_are_closed_as_postgresql_closes_them() {
             b.push(0);
             c.send(b'Q', &b).await;
         }
+        let sent = Instant::now();
         let first = c.until_ready().await;
         let idle_from = Instant::now();
+        // Otherwise this part shows nothing.
+        assert!(
+            idle_from - sent > limit,
+            "{name}: the statement took {:?}, not longer than the limit {limit:?}",
+            idle_from - sent
+        );
         let second = c.until_ready().await;
         assert_eq!(kinds(&first), "T D C Z", "{name}: {first:?}");
         assert_eq!(kinds(&second), "T D C Z", "{name}: {second:?}");
