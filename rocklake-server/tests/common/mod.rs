@@ -280,30 +280,32 @@ impl Raw {
     /// A simple-Query COPY ... FROM STDIN with `data` in one CopyData, then CopyDone; the
     /// messages up to ReadyForQuery.
     pub async fn copy_in(&mut self, sql: &str, data: &[u8]) -> Vec<Msg> {
-        let mut b = sql.as_bytes().to_vec();
-        b.push(0);
-        self.send(b'Q', &b).await;
-        let mut out = vec![self.read().await.unwrap()];
-        if out[0].kind == b'G' {
-            self.send(b'd', data).await;
-            self.send(b'c', &[]).await;
-        }
-        out.extend(self.until_ready().await);
-        out
+        self.copy_in_ended_by(sql, data, b'c', b"").await
     }
 
     /// A simple-Query COPY ... FROM STDIN with `data` in one CopyData, then, where CopyDone
-    /// should come, the simple Query `next`; the messages up to ReadyForQuery.
+    /// should come, the simple Query `next`; the messages up to ReadyForQuery (or the close).
     pub async fn copy_in_then_query(&mut self, sql: &str, data: &[u8], next: &str) -> Vec<Msg> {
+        let mut q = next.as_bytes().to_vec();
+        q.push(0);
+        self.copy_in_ended_by(sql, data, b'Q', &q).await
+    }
+
+    /// COPY `sql` FROM STDIN, `data`, then the message `kind` with `body`.
+    async fn copy_in_ended_by(
+        &mut self,
+        sql: &str,
+        data: &[u8],
+        kind: u8,
+        body: &[u8],
+    ) -> Vec<Msg> {
         let mut b = sql.as_bytes().to_vec();
         b.push(0);
         self.send(b'Q', &b).await;
         let mut out = vec![self.read().await.unwrap()];
         if out[0].kind == b'G' {
             self.send(b'd', data).await;
-            let mut q = next.as_bytes().to_vec();
-            q.push(0);
-            self.send(b'Q', &q).await;
+            self.send(kind, body).await;
         }
         out.extend(self.until_ready().await);
         out
