@@ -245,7 +245,9 @@ fn timeout_value(v: &Expr, i: usize, default: Limit) -> Result<Limit> {
 }
 
 /// PostgreSQL's reading of a time limit given by its name (`statement_timeout`,
-/// `idle_session_timeout`, ...): see [`parse_timeout`]. `None` for any other name.
+/// `idle_in_transaction_session_timeout`, `idle_session_timeout`): a number of ms or a number
+/// with a unit (`us`, `ms`, `s`, `min`, `h`, `d`), rounded to whole ms; `Ok(None)` is 0, no
+/// limit. `None` for any other name.
 pub fn parse_time_setting(name: &str, text: &str) -> Option<Result<Option<Duration>>> {
     time_setting(name).map(|i| parse_timeout(text, i))
 }
