@@ -78,11 +78,7 @@ impl Conn {
         tokio::sync::MutexGuard::map(guard, |s: &mut Option<Session>| {
             s.get_or_insert_with(|| {
                 let mut s = Session::new(self.db.clone());
-                for (name, value) in idle_settings(self.idle_defaults) {
-                    if let Err(e) = s.startup_setting(name, &value) {
-                        tracing::warn!(error = %e.message, "server default ignored");
-                    }
-                }
+                s.set_idle_defaults(self.idle_defaults);
                 s
             })
         })
@@ -108,18 +104,6 @@ impl Conn {
     }
 }
 
-/// The server's idle limits as the settings a session starts with.
-fn idle_settings(limits: IdleLimits) -> Vec<(&'static str, String)> {
-    let ms = |d: Option<std::time::Duration>| format!("{}ms", d.map_or(0, |d| d.as_millis()));
-    vec![
-        (
-            "idle_in_transaction_session_timeout",
-            ms(limits.in_transaction),
-        ),
-        ("idle_session_timeout", ms(limits.session)),
-    ]
-}
-
 /// The settings of a startup packet: its `options` (`-c name=value`, libpq's PGOPTIONS),
 /// then any parameter that names a setting directly (`statement_timeout=5s`), as
 /// PostgreSQL reads them.
@@ -127,7 +111,7 @@ fn startup_settings<C: ClientInfo>(client: &C) -> Vec<(String, String)> {
     let md = client.metadata();
     let mut out = crate::startup::options(md.get("options").map(String::as_str));
     for (name, value) in md {
-        if rocklake_sql::parse_time_setting(name, value).is_some() {
+        if rocklake_sql::session::is_time_setting(name) {
             out.push((name.clone(), value.clone()));
         }
     }
@@ -1169,13 +1153,8 @@ impl Conn {
     pub(crate) fn logged_in<C: ClientInfo>(&self, client: &C) {
         let mut limits = self.idle_defaults;
         for (name, value) in startup_settings(client) {
-            if let Some(Ok(v)) = rocklake_sql::parse_time_setting(&name, &value) {
-                if name.eq_ignore_ascii_case("idle_in_transaction_session_timeout") {
-                    limits.in_transaction = v;
-                } else if name.eq_ignore_ascii_case("idle_session_timeout") {
-                    limits.session = v;
-                }
-            }
+            // A bad value is logged when the session is built from the same settings.
+            let _ = limits.apply(&name, &value);
         }
         self.idle.send_replace(limits);
     }

@@ -130,6 +130,21 @@ pub struct IdleLimits {
     pub session: Option<Duration>,
 }
 
+impl IdleLimits {
+    /// Apply the setting `name` = `value` when it is one of the two (as a startup option or
+    /// `SET` reads it); other names are left alone.
+    pub fn apply(&mut self, name: &str, value: &str) -> Result<()> {
+        match time_setting(name) {
+            Some(IDLE_IN_TRANSACTION) => {
+                self.in_transaction = parse_timeout(value, IDLE_IN_TRANSACTION)?
+            }
+            Some(IDLE_SESSION) => self.session = parse_timeout(value, IDLE_SESSION)?,
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
 impl Session {
     /// `SET [SESSION | LOCAL] name { = | TO } value`.
     pub(super) fn set(&mut self, set: &Set) -> Result<Output> {
@@ -214,6 +229,18 @@ impl Session {
         Ok(())
     }
 
+    /// Start from these idle limits (the server's defaults): as `SET` outside any
+    /// transaction, and what `RESET` goes back to.
+    pub fn set_idle_defaults(&mut self, limits: IdleLimits) {
+        for (i, v) in [
+            (IDLE_IN_TRANSACTION, limits.in_transaction),
+            (IDLE_SESSION, limits.session),
+        ] {
+            self.settings.values[i] = v;
+            self.settings.defaults[i] = v;
+        }
+    }
+
     /// How long the client may keep the session waiting for its next message, as its
     /// settings say now.
     pub fn idle_limits(&self) -> IdleLimits {
@@ -242,6 +269,11 @@ fn timeout_value(v: &Expr, i: usize, default: Limit) -> Result<Limit> {
         Expr::UnaryOp { .. } => parse_timeout(&v.to_string().replace(' ', ""), i),
         other => parse_timeout(&other.to_string(), i),
     }
+}
+
+/// Whether `name` is one of the time limits a session keeps.
+pub fn is_time_setting(name: &str) -> bool {
+    time_setting(name).is_some()
 }
 
 /// PostgreSQL's reading of a time limit given by its name (`statement_timeout`,
