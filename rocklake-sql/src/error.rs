@@ -69,6 +69,8 @@ pub mod state {
     pub const DIVISION_BY_ZERO: &str = "22012";
     /// `0A000` feature_not_supported.
     pub const NOT_SUPPORTED: &str = "0A000";
+    /// `54011` program_limit_exceeded (more columns than PostgreSQL allows).
+    pub const PROGRAM_LIMIT_EXCEEDED: &str = "54011";
     /// `42000` syntax_error_or_access_rule_violation (planning errors DataFusion words).
     pub const PLAN_ERROR: &str = "42000";
     /// `57P01` admin_shutdown (the writer was fenced or closed).

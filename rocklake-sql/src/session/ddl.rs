@@ -28,7 +28,7 @@ impl Session {
                 // PostgreSQL's bound on a table's columns (`MaxHeapAttributeNumber`).
                 if ct.columns.len() > 1600 {
                     return Err(SqlError::new(
-                        "54011",
+                        state::PROGRAM_LIMIT_EXCEEDED,
                         "tables can have at most 1600 columns",
                     ));
                 }

@@ -23,14 +23,12 @@ use crate::rewrite::{mentions_ctid, reads_system_catalogs_only, strip_collate};
 /// PostgreSQL's bound on a query's result columns (`MaxTupleAttributeNumber`); a wider result
 /// is refused before it runs, and a row description can always count its columns.
 const MAX_TARGETS: usize = 1664;
-/// `program_limit_exceeded`.
-const TOO_MANY_COLUMNS: &str = "54011";
 
 /// A result of more than [`MAX_TARGETS`] columns is refused, as PostgreSQL refuses it.
 fn check_width(schema: &SchemaRef) -> Result<()> {
     if schema.fields().len() > MAX_TARGETS {
         return Err(SqlError::new(
-            TOO_MANY_COLUMNS,
+            crate::error::state::PROGRAM_LIMIT_EXCEEDED,
             format!("target lists can have at most {MAX_TARGETS} entries"),
         ));
     }
