@@ -17,7 +17,8 @@ use rocklake_core::Keyspace;
 
 use crate::catalog::{parse_definition, Catalog};
 use crate::error::{Result, SqlError};
-use crate::relation::RelDef;
+use crate::locks::Locks;
+use crate::relation::{name_key, RelDef};
 
 /// How many answers of system-catalog queries [`Database`] keeps.
 pub const SYSTEM_ANSWERS: usize = 256;
@@ -45,6 +46,8 @@ pub struct Database {
     /// stored one (tuple numbers are positions, not identities: like PostgreSQL's, a number
     /// whose row version is gone may be given again after a restart).
     tuples: tokio::sync::Mutex<HashMap<u64, u64>>,
+    /// Table locks between this process's transactions.
+    locks: Arc<Locks>,
 }
 
 impl std::fmt::Debug for Database {
@@ -68,6 +71,7 @@ impl Database {
             loads: AtomicU64::new(1),
             system_answers: std::sync::Mutex::new(HashMap::new()),
             tuples: tokio::sync::Mutex::new(HashMap::new()),
+            locks: Arc::default(),
         });
         if fresh && db.keyspace.epoch().is_some() {
             // One batch under a freshly issued relation id, with the "still absent" condition
@@ -80,10 +84,18 @@ impl Database {
                 Bytes::from(definition_row(id, "public", "CREATE SCHEMA \"public\"")),
             );
             batch.expect(key, None);
+            let name = Bytes::from(name_key("public", None));
+            batch.put(name.clone(), Bytes::copy_from_slice(&id.to_be_bytes()));
+            batch.expect(name, None);
             db.keyspace.commit_batch(batch).await?;
             db.reload_catalog().await?;
         }
         Ok(db)
+    }
+
+    /// The table locks of this process's transactions.
+    pub fn locks(&self) -> &Arc<Locks> {
+        &self.locks
     }
 
     /// The key space underneath.

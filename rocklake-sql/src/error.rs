@@ -63,6 +63,8 @@ pub mod state {
     pub const READ_ONLY_TRANSACTION: &str = "25006";
     /// `40001` serialization_failure.
     pub const SERIALIZATION_FAILURE: &str = "40001";
+    /// `40P01` deadlock_detected.
+    pub const DEADLOCK_DETECTED: &str = "40P01";
     /// `42883` undefined_function.
     pub const UNDEFINED_FUNCTION: &str = "42883";
     /// `22012` division_by_zero.

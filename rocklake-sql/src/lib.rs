@@ -38,8 +38,9 @@ pub mod types;
 pub mod catalog;
 pub mod relation;
 
-// Stored rows: the database and its transactions.
+// Stored rows: the database, its transactions and their table locks.
 pub mod db;
+pub mod locks;
 pub mod txn;
 
 // What DataFusion plans over: table providers, `pg_catalog`, PostgreSQL's functions, and

@@ -44,6 +44,22 @@ pub const INDEX_PRIMARY_KEY: u8 = 0x02;
 /// `0x80` index type of the tuple numbers of tagged tables' rows (`ctid`).
 pub const INDEX_TUPLE: u8 = 0x03;
 
+/// `0x80` index type of the names of schemas and tables: one key per name, so that two
+/// transactions creating one name cannot both commit.
+pub const INDEX_RELATION_NAME: u8 = 0x04;
+
+/// The name key of schema `schema` (`table` `None`) or of table `schema.table`:
+/// `0x80 | 0x04 | schema [| 0x00 | table]` (PostgreSQL names hold no NUL).
+pub fn name_key(schema: &str, table: Option<&str>) -> Vec<u8> {
+    let mut k = vec![tags::SECONDARY_INDEX.0, INDEX_RELATION_NAME];
+    k.extend_from_slice(schema.as_bytes());
+    if let Some(t) = table {
+        k.push(0);
+        k.extend_from_slice(t.as_bytes());
+    }
+    k
+}
+
 /// One declared column.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ColumnDef {

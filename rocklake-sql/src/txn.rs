@@ -12,13 +12,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use rocklake_core::backend::{visit_all, KeyRange, ReadView, WriteBatch};
+use rocklake_core::keys::row_key;
+use rocklake_core::tags;
 use rocklake_core::values::Value;
 use rocklake_core::Error as CoreError;
 
 use crate::catalog::Catalog;
 use crate::db::Database;
 use crate::error::{state, Result, SqlError};
-use crate::relation::{RelDef, StoredRow, INDEX_PRIMARY_KEY};
+use crate::locks::{Held, Mode, StopCheck};
+use crate::relation::{name_key, RelDef, StoredRow, INDEX_PRIMARY_KEY, INDEX_RELATION_NAME};
 
 /// Transactions begin here rather than in [`crate::db`], which knows nothing of them.
 impl Database {
@@ -50,6 +53,10 @@ pub struct Txn {
     pub ddl: bool,
     /// `BEGIN ... READ ONLY`.
     pub read_only: bool,
+    /// The table locks this transaction holds until it ends.
+    held: Held,
+    /// Asked while waiting for a lock: the session's cancel and `statement_timeout`.
+    pub stop: Option<Arc<StopCheck>>,
 }
 
 impl std::fmt::Debug for Txn {
@@ -70,12 +77,10 @@ impl Txn {
             rel.full_range(),
             KeyRange::prefix(&rel.pk_index_prefix()),
             KeyRange::prefix(&rel.tuple_index_prefix()),
-            KeyRange::prefix(&rocklake_core::keys::row_key(
-                rocklake_core::tags::RELATION,
-                &[rel.id],
-            )),
+            KeyRange::prefix(&row_key(tags::RELATION, &[rel.id])),
         ];
-        let inside = |k: &Bytes| ranges.iter().any(|r| r.contains(k));
+        let name = name_key(&rel.schema, Some(&rel.name));
+        let inside = |k: &Bytes| k[..] == name[..] || ranges.iter().any(|r| r.contains(k));
         self.writes.retain(|k, _| !inside(k));
         self.conds.retain(|k, _| !inside(k));
         Arc::make_mut(&mut self.catalog)
@@ -96,7 +101,6 @@ impl Txn {
     }
     pub(crate) fn new(db: Arc<Database>, view: Arc<dyn ReadView>, catalog: Arc<Catalog>) -> Txn {
         Txn {
-            db,
             view,
             writes: BTreeMap::new(),
             conds: BTreeMap::new(),
@@ -104,6 +108,9 @@ impl Txn {
             catalog,
             ddl: false,
             read_only: false,
+            held: db.locks().owner(),
+            stop: None,
+            db,
         }
     }
 
@@ -127,8 +134,13 @@ impl Txn {
 
     /// Every pair in `range`, ascending, own writes applied.
     pub async fn scan(&self, range: &KeyRange) -> Result<Vec<(Bytes, Bytes)>> {
+        self.scan_in(self.view.as_ref(), range).await
+    }
+
+    /// Every pair of `view` in `range`, ascending, own writes applied.
+    async fn scan_in(&self, view: &dyn ReadView, range: &KeyRange) -> Result<Vec<(Bytes, Bytes)>> {
         let mut base: Vec<(Bytes, Bytes)> = Vec::new();
-        visit_all(self.view.as_ref(), range.clone(), 512, &mut |k, v| {
+        visit_all(view, range.clone(), 512, &mut |k, v| {
             base.push((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v)));
             true
         })
@@ -238,6 +250,52 @@ impl Txn {
         Ok(())
     }
 
+    /// Before this transaction's first write to `rel`: take the table's lock in `mode`
+    /// (waiting while another transaction drops it, or, to drop it, while others write it),
+    /// then make sure its definition is still stored. The commit expects the definition
+    /// unchanged, so rows never land in a table dropped meanwhile.
+    async fn guard(&mut self, rel: &RelDef, mode: Mode) -> Result<()> {
+        self.writable()?;
+        if self.held.holds(rel.id, mode) {
+            return Ok(());
+        }
+        let def = Bytes::from(row_key(tags::RELATION, &[rel.id]));
+        if self.writes.contains_key(&def) {
+            // Created by this transaction: no other sees it.
+            return Ok(());
+        }
+        self.held
+            .acquire(rel.id, mode, &rel.qualified(), self.stop.as_deref())
+            .await?;
+        let stored = self.db.keyspace().backend().get(&def).await?;
+        if stored.is_none() {
+            return Err(SqlError::new(
+                state::UNDEFINED_TABLE,
+                format!(
+                    "relation \"{}\" does not exist: another session dropped it",
+                    rel.qualified()
+                ),
+            ));
+        }
+        self.conds.entry(def).or_insert(stored);
+        Ok(())
+    }
+
+    /// Whether the store holds `key` now; the commit expects it to hold the same then (a
+    /// schema that a new table goes into).
+    pub async fn expect_stored(&mut self, key: Bytes) -> Result<bool> {
+        if let Some(w) = self.writes.get(&key) {
+            return Ok(w.is_some());
+        }
+        if let Some(c) = self.conds.get(&key) {
+            return Ok(c.is_some());
+        }
+        let stored = self.db.keyspace().backend().get(&key).await?;
+        let present = stored.is_some();
+        self.conds.insert(key, stored);
+        Ok(present)
+    }
+
     /// Remember what the view holds for `key` before the first write to it, as the commit's
     /// precondition.
     async fn touch(&mut self, key: &Bytes) -> Result<()> {
@@ -292,7 +350,7 @@ impl Txn {
 
     /// Insert a row (cells in column order, already of the columns' types).
     pub async fn insert(&mut self, rel: &RelDef, cells: Vec<Value>) -> Result<()> {
-        self.writable()?;
+        self.guard(rel, Mode::Write).await?;
         rel.check_not_null(&cells)?;
         let pk = rel.pk_index_key(&cells)?;
         if let Some(pk) = &pk {
@@ -337,7 +395,7 @@ impl Txn {
 
     /// Replace the row stored under `old.key` with `cells`.
     pub async fn update(&mut self, rel: &RelDef, old: &StoredRow, cells: Vec<Value>) -> Result<()> {
-        self.writable()?;
+        self.guard(rel, Mode::Write).await?;
         rel.check_not_null(&cells)?;
         let fresh = self.fresh_id(rel, Some(&old.key)).await?;
         // An UPDATE writes a new row version: a new tuple number, as PostgreSQL's heap does.
@@ -379,7 +437,7 @@ impl Txn {
 
     /// Delete the row stored under `old.key` (and its primary-key entry).
     pub async fn delete(&mut self, rel: &RelDef, old: &StoredRow) -> Result<()> {
-        self.writable()?;
+        self.guard(rel, Mode::Write).await?;
         self.touch(&old.key).await?;
         self.writes.insert(old.key.clone(), None);
         self.delete_tuple(rel, &old.key).await?;
@@ -391,25 +449,34 @@ impl Txn {
         Ok(())
     }
 
-    /// Delete every row of `rel` and its primary-key entries (DROP TABLE).
+    /// Delete every row of `rel`, its primary-key and tuple entries and its name (DROP TABLE).
+    ///
+    /// Holding the table alone, this reads what the store holds now rather than this
+    /// transaction's snapshot: rows another transaction committed since it began go too.
     pub async fn delete_all(&mut self, rel: &RelDef) -> Result<usize> {
-        self.writable()?;
+        self.guard(rel, Mode::Exclusive).await?;
+        let live = self.db.keyspace().backend().view().await?;
         let mut n = 0;
         for range in [
             rel.full_range(),
             KeyRange::prefix(&rel.pk_index_prefix()),
             KeyRange::prefix(&rel.tuple_index_prefix()),
         ] {
-            for (k, v) in self.scan(&range).await? {
+            for (k, v) in self.scan_in(live.as_ref(), &range).await? {
                 // Another schema version of an inlined table shares the range: keep its rows.
                 if range.start == rel.full_range().start && rel.decode(&k, &v)?.is_none() {
                     continue;
                 }
-                self.touch(&k).await?;
+                if !self.writes.contains_key(&k) && !self.conds.contains_key(&k) {
+                    let stored = live.get(&k).await?;
+                    self.conds.insert(k.clone(), stored);
+                }
                 self.writes.insert(k, None);
                 n += 1;
             }
         }
+        let name = Bytes::from(name_key(&rel.schema, Some(&rel.name)));
+        self.delete_raw(name).await?;
         Ok(n)
     }
 
@@ -455,9 +522,7 @@ impl Txn {
     async fn taken_primary_key(&self) -> Result<Option<SqlError>> {
         let store = self.db.keyspace().backend();
         for (k, expected) in &self.conds {
-            let pk = k.len() >= 10
-                && k[0] == rocklake_core::tags::SECONDARY_INDEX.0
-                && k[1] == INDEX_PRIMARY_KEY;
+            let pk = k.len() >= 10 && k[0] == tags::SECONDARY_INDEX.0 && k[1] == INDEX_PRIMARY_KEY;
             if !pk || expected.is_some() || !matches!(self.writes.get(k), Some(Some(_))) {
                 continue;
             }
@@ -479,7 +544,7 @@ impl Txn {
 
     fn explain_conflict(&self, raw_key: &[u8], rendered: &str) -> SqlError {
         if raw_key.len() >= 10
-            && raw_key[0] == rocklake_core::tags::SECONDARY_INDEX.0
+            && raw_key[0] == tags::SECONDARY_INDEX.0
             && raw_key[1] == INDEX_PRIMARY_KEY
             && matches!(self.conds.get(raw_key), Some(None))
         {
@@ -494,7 +559,25 @@ impl Txn {
                 );
             }
         }
-        if raw_key.len() == 9 && raw_key[0] == rocklake_core::tags::RELATION.0 {
+        if raw_key.len() > 2
+            && raw_key[0] == tags::SECONDARY_INDEX.0
+            && raw_key[1] == INDEX_RELATION_NAME
+            && matches!(self.conds.get(raw_key), Some(None))
+        {
+            // Another session created this name first (PostgreSQL's answer after waiting for it).
+            let name = String::from_utf8_lossy(&raw_key[2..]);
+            return match name.split_once('\0') {
+                Some((_, table)) => SqlError::new(
+                    state::DUPLICATE_TABLE,
+                    format!("relation \"{table}\" already exists"),
+                ),
+                None => SqlError::new(
+                    state::DUPLICATE_SCHEMA,
+                    format!("schema \"{name}\" already exists"),
+                ),
+            };
+        }
+        if raw_key.len() == 9 && raw_key[0] == tags::RELATION.0 {
             return SqlError::new(
                 state::SERIALIZATION_FAILURE,
                 "could not serialize access: another session changed the same table definition \

@@ -745,3 +745,156 @@ async fn system_catalog_answers_are_kept_until_the_catalog_changes() {
         db.close().await.unwrap();
     }
 }
+
+const SNAPSHOT_TABLE: &str = "CREATE TABLE ducklake_snapshot (snapshot_id BIGINT PRIMARY KEY, snapshot_time TIMESTAMP WITH TIME ZONE, schema_version BIGINT, next_catalog_id BIGINT, next_file_id BIGINT)";
+
+/// Whether `task` is still waiting after a while.
+async fn still_waiting<T>(task: &tokio::task::JoinHandle<T>) -> bool {
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    !task.is_finished()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_racing_other_sessions_ends_as_postgresql_s_does() {
+    for store in stores() {
+        let name = store.name;
+        let db = open(&store).await;
+        let mut a = Session::new(db.clone());
+        let mut b = Session::new(db.clone());
+
+        // Two sessions create one name: the second to commit is refused, and only one
+        // table of that name exists, before and after DROP.
+        q(&mut a, "BEGIN; CREATE TABLE t (id BIGINT PRIMARY KEY)").await;
+        q(
+            &mut b,
+            "BEGIN; CREATE TABLE t (id BIGINT PRIMARY KEY, note VARCHAR)",
+        )
+        .await;
+        q(&mut a, "COMMIT").await;
+        let e = err(&mut b, "COMMIT").await;
+        assert_eq!(
+            e,
+            ("42P07".into(), "relation \"t\" already exists".into()),
+            "{name}"
+        );
+        q(&mut a, "DROP TABLE t").await;
+        assert_eq!(err(&mut b, "SELECT * FROM t").await.0, "42P01", "{name}");
+        assert!(
+            !stored_catalog(&db)
+                .await
+                .tables
+                .keys()
+                .any(|(_, t)| t == "t"),
+            "{name}"
+        );
+        q(&mut a, "BEGIN; CREATE SCHEMA s").await;
+        q(&mut b, "BEGIN; CREATE SCHEMA s").await;
+        q(&mut a, "COMMIT").await;
+        let e = err(&mut b, "COMMIT").await;
+        assert_eq!(
+            e,
+            ("42P06".into(), "schema \"s\" already exists".into()),
+            "{name}"
+        );
+
+        // A DROP waits for a transaction writing the table; the rows that transaction
+        // commits go with the table, and a table created again under the name is empty.
+        q(&mut a, SNAPSHOT_TABLE).await;
+        q(
+            &mut a,
+            "BEGIN; INSERT INTO ducklake_snapshot VALUES (5, NOW(), 0, 1, 0)",
+        )
+        .await;
+        let dropper = tokio::spawn(async move {
+            let r = Box::pin(b.run("DROP TABLE ducklake_snapshot"))
+                .await
+                .map(|o| o.tag());
+            (b, r)
+        });
+        assert!(
+            still_waiting(&dropper).await,
+            "{name}: DROP did not wait for the writer"
+        );
+        q(&mut a, "COMMIT").await;
+        let (mut b, r) = dropper.await.unwrap();
+        assert_eq!(r.unwrap(), "DROP TABLE", "{name}");
+        q(&mut a, SNAPSHOT_TABLE).await;
+        assert_eq!(
+            q(&mut a, "SELECT count(*) FROM ducklake_snapshot").await,
+            ["0"],
+            "{name}"
+        );
+
+        // A writer waits for a transaction dropping its table, and is told it is gone.
+        q(&mut b, "BEGIN; DROP TABLE ducklake_snapshot").await;
+        let writer = tokio::spawn(async move {
+            let r =
+                Box::pin(a.run("INSERT INTO ducklake_snapshot VALUES (6, NOW(), 0, 1, 0)")).await;
+            (a, r.map(|o| o.tag()))
+        });
+        assert!(
+            still_waiting(&writer).await,
+            "{name}: INSERT did not wait for the DROP"
+        );
+        q(&mut b, "COMMIT").await;
+        let (mut a, r) = writer.await.unwrap();
+        assert_eq!(r.unwrap_err().code, "42P01", "{name}");
+        // ... and when the drop rolls back, the writer goes on.
+        q(&mut a, SNAPSHOT_TABLE).await;
+        q(&mut b, "BEGIN; DROP TABLE ducklake_snapshot").await;
+        let writer = tokio::spawn(async move {
+            let r =
+                Box::pin(a.run("INSERT INTO ducklake_snapshot VALUES (7, NOW(), 0, 1, 0)")).await;
+            (a, r.map(|o| o.tag()))
+        });
+        assert!(still_waiting(&writer).await, "{name}");
+        q(&mut b, "ROLLBACK").await;
+        let (mut a, r) = writer.await.unwrap();
+        assert_eq!(r.unwrap(), "INSERT 0 1", "{name}");
+
+        // Two transactions each writing one table and dropping the other's: the second to
+        // wait closes the cycle and is refused (40P01); the first then goes on.
+        q(&mut a, "CREATE TABLE u (id BIGINT)").await;
+        q(&mut a, "BEGIN; INSERT INTO u VALUES (1)").await;
+        q(
+            &mut b,
+            "BEGIN; INSERT INTO ducklake_snapshot VALUES (8, NOW(), 0, 1, 0)",
+        )
+        .await;
+        let first = tokio::spawn(async move {
+            let r = Box::pin(a.run("DROP TABLE ducklake_snapshot"))
+                .await
+                .map(|o| o.tag());
+            (a, r)
+        });
+        assert!(still_waiting(&first).await, "{name}");
+        let e = err(&mut b, "DROP TABLE u").await;
+        assert_eq!(e.0, "40P01", "{name}: {}", e.1);
+        q(&mut b, "ROLLBACK").await;
+        let (mut a, r) = first.await.unwrap();
+        assert_eq!(r.unwrap(), "DROP TABLE", "{name}");
+        q(&mut a, "COMMIT").await;
+
+        // A wait ends at statement_timeout as any statement does.
+        q(&mut b, "BEGIN; INSERT INTO u VALUES (2)").await;
+        q(&mut a, "SET statement_timeout = 200").await;
+        let e = err(&mut a, "DROP TABLE u").await;
+        assert_eq!(
+            e,
+            (
+                "57014".into(),
+                "canceling statement due to statement timeout".into()
+            )
+        );
+        q(&mut b, "COMMIT").await;
+        q(&mut a, "DROP TABLE u").await;
+
+        let view = db.keyspace().backend().view().await.unwrap();
+        let report = rocklake_core::verify::verify(view.as_ref(), |_, _| {})
+            .await
+            .unwrap();
+        assert!(report.is_clean(), "{name}: {:?}", report.findings);
+        drop(view);
+        db.close().await.unwrap();
+    }
+}

@@ -11,7 +11,7 @@ use super::{first_words, Output, Session};
 use crate::catalog::{rel_from_create, split_name};
 use crate::db::definition_row;
 use crate::error::{state, Result, SqlError};
-use crate::relation::RelDef;
+use crate::relation::{name_key, RelDef};
 use crate::txn::Txn;
 impl Session {
     pub(super) async fn ddl(&mut self, stmt: Statement) -> Result<Output> {
@@ -59,11 +59,31 @@ impl Session {
                 let id = db.issue_relation_id().await?;
                 self.with_txn(async |txn| {
                     let rel = rel_from_create(id, &ct, &txn.catalog)?;
+                    let name_entry = Bytes::from(name_key(&schema, Some(&name)));
+                    if txn.get(&name_entry).await?.is_some() {
+                        // Created by a session whose commit this one's catalog predates.
+                        return Err(SqlError::new(
+                            state::DUPLICATE_TABLE,
+                            format!("relation \"{name}\" already exists"),
+                        ));
+                    }
+                    let schema_id = txn.catalog.schemas.get(&schema).copied().unwrap_or(0);
+                    if !txn
+                        .expect_stored(Bytes::from(row_key(tags::RELATION, &[schema_id])))
+                        .await?
+                    {
+                        return Err(SqlError::new(
+                            state::INVALID_SCHEMA_NAME,
+                            format!("schema \"{schema}\" does not exist"),
+                        ));
+                    }
                     txn.put_raw(
                         Bytes::from(row_key(tags::RELATION, &[id])),
                         Bytes::from(definition_row(id, &rel.qualified(), &rel.definition)),
                     )
                     .await?;
+                    txn.put_raw(name_entry, Bytes::copy_from_slice(&id.to_be_bytes()))
+                        .await?;
                     Arc::make_mut(&mut txn.catalog)
                         .tables
                         .insert((rel.schema.clone(), rel.name.clone()), Arc::new(rel));
@@ -99,6 +119,15 @@ impl Session {
                 }
                 let id = db.issue_relation_id().await?;
                 self.with_txn(async |txn| {
+                    let name_entry = Bytes::from(name_key(&name, None));
+                    if txn.get(&name_entry).await?.is_some() {
+                        return Err(SqlError::new(
+                            state::DUPLICATE_SCHEMA,
+                            format!("schema \"{name}\" already exists"),
+                        ));
+                    }
+                    txn.put_raw(name_entry, Bytes::copy_from_slice(&id.to_be_bytes()))
+                        .await?;
                     let def = format!("CREATE SCHEMA \"{}\"", name.replace('"', "\"\""));
                     txn.put_raw(
                         Bytes::from(row_key(tags::RELATION, &[id])),
@@ -186,6 +215,7 @@ impl Session {
                         }
                         txn.delete_raw(Bytes::from(row_key(tags::RELATION, &[id])))
                             .await?;
+                        txn.delete_raw(Bytes::from(name_key(&schema, None))).await?;
                         Arc::make_mut(&mut txn.catalog).schemas.remove(&schema);
                         txn.ddl = true;
                         Ok(())
@@ -211,7 +241,7 @@ impl Session {
     }
 }
 
-/// Remove a table: its rows, its primary-key and tuple entries and its definition, and write
+/// Remove a table: its rows, its primary-key and tuple entries, its name and its definition, and write
 /// an audit entry under `0x81` (as PURGE does), in the same transaction. Its keys are free
 /// again: a table created later under the same name starts empty.
 async fn drop_table(txn: &mut Txn, rel: &RelDef) -> Result<()> {

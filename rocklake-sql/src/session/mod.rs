@@ -464,7 +464,9 @@ impl Session {
     async fn ensure_txn(&mut self) -> Result<()> {
         let mut guard = self.shared.txn.lock().await;
         if guard.is_none() {
-            let txn = self.db.begin().await?;
+            let mut txn = self.db.begin().await?;
+            let interrupt = self.interrupt.clone();
+            txn.stop = Some(Arc::new(move || interrupt.check()));
             self.shared
                 .txn_start
                 .store((self.clock)(), Ordering::Release);

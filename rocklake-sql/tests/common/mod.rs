@@ -72,7 +72,9 @@ pub fn lines(out: &Output) -> Vec<String> {
 /// Run and render each value in PostgreSQL's text form (what a client reading text results
 /// sees); panics with the statement on error.
 pub async fn q_pg(s: &mut Session, sql: &str) -> Vec<String> {
-    let out = s.run(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let out = Box::pin(s.run(sql))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     let Output::Rows { batches, .. } = &out else {
         return vec![out.tag()];
     };
@@ -94,7 +96,9 @@ pub async fn q_pg(s: &mut Session, sql: &str) -> Vec<String> {
 
 /// Run and render; panics with the statement on error.
 pub async fn q(s: &mut Session, sql: &str) -> Vec<String> {
-    match s.run(sql).await {
+    // Boxed, as in `err`: a test of many statements would otherwise hold each statement's
+    // (large, in a debug build) future inline and outgrow its thread's stack.
+    match Box::pin(s.run(sql)).await {
         Ok(o) => lines(&o),
         Err(e) => panic!("{sql}: {e}"),
     }
@@ -102,7 +106,7 @@ pub async fn q(s: &mut Session, sql: &str) -> Vec<String> {
 
 /// Run and return the error's SQLSTATE; panics when the statement succeeds.
 pub async fn err(s: &mut Session, sql: &str) -> (String, String) {
-    match s.run(sql).await {
+    match Box::pin(s.run(sql)).await {
         Ok(o) => panic!("{sql} should fail, gave {:?}", lines(&o)),
         Err(e) => (e.code.to_string(), e.message),
     }

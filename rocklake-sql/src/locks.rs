@@ -1,0 +1,276 @@
+//! Table locks between the transactions of one process, as PostgreSQL takes them for DML and
+//! `DROP TABLE`.
+//!
+//! Commit preconditions catch two transactions writing the same key, but not a `DROP TABLE`
+//! racing a writer that adds new rows: the drop removes the rows its snapshot saw, the writer
+//! commits rows the drop never saw, and those come back when a table of that name is created
+//! again. PostgreSQL orders the two with locks: a writer holds `ROW EXCLUSIVE` on its table
+//! until its transaction ends, `DROP TABLE` takes `ACCESS EXCLUSIVE`, and whichever comes
+//! second waits. Only one process writes a store (the others are fenced), so the same two
+//! modes, kept in memory, order every writer of the store.
+//!
+//! A wait ends when the holder's transaction ends, when the waiting statement is cancelled
+//! or times out (`57014`), or at once with `40P01` when waiting would close a cycle of
+//! transactions waiting on each other.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::error::{state, Result, SqlError};
+
+/// What a waiting statement asks, each time it looks, to learn whether it must stop (the
+/// session's cancel flag and `statement_timeout`).
+pub type StopCheck = dyn Fn() -> Result<()> + Send + Sync;
+
+/// How often a waiting statement looks at its cancel flag and deadline.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The lock table of one database.
+#[derive(Debug, Default)]
+pub struct Locks {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_owner: u64,
+    tables: HashMap<u64, TableLock>,
+    /// Owner → the owners it waits for.
+    waiting: HashMap<u64, HashSet<u64>>,
+}
+
+#[derive(Debug, Default)]
+struct TableLock {
+    writers: HashSet<u64>,
+    exclusive: Option<u64>,
+}
+
+impl TableLock {
+    fn is_free(&self) -> bool {
+        self.writers.is_empty() && self.exclusive.is_none()
+    }
+}
+
+/// The two modes PostgreSQL's DML and `DROP TABLE` take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Rows are written (`ROW EXCLUSIVE`): many at once.
+    Write,
+    /// The table is dropped (`ACCESS EXCLUSIVE`): alone.
+    Exclusive,
+}
+
+impl Locks {
+    /// A new owner: one transaction's locks, all released when it is dropped.
+    pub fn owner(self: &Arc<Self>) -> Held {
+        let mut st = self.lock();
+        st.next_owner += 1;
+        Held {
+            locks: self.clone(),
+            owner: st.next_owner,
+            tables: HashMap::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl State {
+    /// Who holds `table` in a way that keeps `owner` from taking it in `mode`.
+    fn blockers(&self, table: u64, owner: u64, mode: Mode) -> HashSet<u64> {
+        let Some(t) = self.tables.get(&table) else {
+            return HashSet::new();
+        };
+        let mut out: HashSet<u64> = t.exclusive.into_iter().filter(|o| *o != owner).collect();
+        if mode == Mode::Exclusive {
+            out.extend(t.writers.iter().copied().filter(|o| *o != owner));
+        }
+        out
+    }
+
+    /// Whether some owner in `from`, following who waits for whom, waits for `owner`.
+    fn reaches(&self, from: &HashSet<u64>, owner: u64) -> bool {
+        let mut seen = HashSet::new();
+        let mut todo: Vec<u64> = from.iter().copied().collect();
+        while let Some(o) = todo.pop() {
+            if o == owner {
+                return true;
+            }
+            if seen.insert(o) {
+                if let Some(next) = self.waiting.get(&o) {
+                    todo.extend(next.iter().copied());
+                }
+            }
+        }
+        false
+    }
+}
+
+/// One transaction's locks.
+#[derive(Debug)]
+pub struct Held {
+    locks: Arc<Locks>,
+    owner: u64,
+    tables: HashMap<u64, Mode>,
+}
+
+/// Takes an owner out of the wait graph however its wait ends (granted, refused, or the
+/// statement's future dropped).
+struct Waiting<'a> {
+    locks: &'a Locks,
+    owner: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.locks.lock().waiting.remove(&self.owner);
+    }
+}
+
+impl Held {
+    /// Whether this transaction already holds `table` at least in `mode`.
+    pub fn holds(&self, table: u64, mode: Mode) -> bool {
+        match self.tables.get(&table) {
+            Some(Mode::Exclusive) => true,
+            Some(Mode::Write) => mode == Mode::Write,
+            None => false,
+        }
+    }
+
+    /// Take `table` in `mode`, waiting while another transaction holds it in a mode that
+    /// conflicts. `name` is for the deadlock message.
+    pub async fn acquire(
+        &mut self,
+        table: u64,
+        mode: Mode,
+        name: &str,
+        stop: Option<&StopCheck>,
+    ) -> Result<()> {
+        if self.holds(table, mode) {
+            return Ok(());
+        }
+        let _waiting = Waiting {
+            locks: &self.locks,
+            owner: self.owner,
+        };
+        loop {
+            let changed = self.locks.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut st = self.locks.lock();
+                let blockers = st.blockers(table, self.owner, mode);
+                if blockers.is_empty() {
+                    st.waiting.remove(&self.owner);
+                    let t = st.tables.entry(table).or_default();
+                    match mode {
+                        Mode::Write => {
+                            t.writers.insert(self.owner);
+                        }
+                        Mode::Exclusive => t.exclusive = Some(self.owner),
+                    }
+                    self.tables.insert(table, mode);
+                    return Ok(());
+                }
+                if st.reaches(&blockers, self.owner) {
+                    st.waiting.remove(&self.owner);
+                    return Err(SqlError::new(state::DEADLOCK_DETECTED, "deadlock detected")
+                        .with_detail(format!(
+                            "This transaction waited for a lock on relation \"{name}\" held \
+                             by a transaction that waits for this one."
+                        )));
+                }
+                st.waiting.insert(self.owner, blockers);
+            }
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep(POLL) => {}
+            }
+            if let Some(stop) = stop {
+                stop()?;
+            }
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.tables.is_empty() {
+            return;
+        }
+        {
+            let mut st = self.locks.lock();
+            for (table, mode) in self.tables.drain() {
+                if let Some(t) = st.tables.get_mut(&table) {
+                    match mode {
+                        Mode::Write => {
+                            t.writers.remove(&self.owner);
+                        }
+                        Mode::Exclusive => {
+                            t.exclusive = None;
+                            t.writers.remove(&self.owner);
+                        }
+                    }
+                    if t.is_free() {
+                        st.tables.remove(&table);
+                    }
+                }
+            }
+        }
+        self.locks.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writers_share_a_drop_waits_for_them_and_a_cycle_is_refused() {
+        let locks = Arc::new(Locks::default());
+        let mut a = locks.owner();
+        let mut b = locks.owner();
+        a.acquire(1, Mode::Write, "t", None).await.unwrap();
+        b.acquire(1, Mode::Write, "t", None).await.unwrap();
+        // A drop waits for both writers.
+        let mut c = locks.owner();
+        let drop_c = tokio::spawn(async move {
+            c.acquire(1, Mode::Exclusive, "t", None).await.unwrap();
+            c
+        });
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(!drop_c.is_finished());
+        drop(a);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(!drop_c.is_finished());
+        // A writer takes another table that nobody holds without waiting.
+        b.acquire(2, Mode::Write, "u", None).await.unwrap();
+        drop(b);
+        let c = drop_c.await.unwrap();
+        assert!(c.holds(1, Mode::Exclusive));
+        // While c holds it, a writer waits; c holding 1 asking for 3 held by the writer's
+        // transaction closes a cycle and is refused.
+        let mut d = locks.owner();
+        d.acquire(3, Mode::Write, "v", None).await.unwrap();
+        let d_waits = tokio::spawn(async move {
+            let r = d.acquire(1, Mode::Write, "t", None).await;
+            (d, r)
+        });
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let mut c = c;
+        let e = c.acquire(3, Mode::Exclusive, "v", None).await.unwrap_err();
+        assert_eq!(e.code, state::DEADLOCK_DETECTED);
+        drop(c);
+        let (d, r) = d_waits.await.unwrap();
+        r.unwrap();
+        assert!(d.holds(1, Mode::Write) && d.holds(3, Mode::Write));
+        drop(d);
+        assert!(locks.lock().tables.is_empty() && locks.lock().waiting.is_empty());
+    }
+}
