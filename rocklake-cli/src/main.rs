@@ -172,6 +172,10 @@ enum Command {
         /// PEM private key of --tls-cert.
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<std::path::PathBuf>,
+        /// Refuse sessions that do not come through TLS (PostgreSQL's hostssl), with SQLSTATE
+        /// 28000; cancel requests still get through.
+        #[arg(long, requires = "tls_cert")]
+        require_tls: bool,
         /// Sessions open at once (PostgreSQL's max_connections); one more is refused with
         /// SQLSTATE 53300. Cancel requests always get through.
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -248,6 +252,7 @@ async fn main_job(_json: bool) -> CliResult {
         read_only: false,
         data_path: Some(format!("{}/", root.join("data").display())),
         tls: None,
+        require_tls: false,
         max_connections: 100,
         authentication_timeout: std::time::Duration::from_secs(60),
         idle: rocklake_sql::IdleLimits::default(),
@@ -353,6 +358,7 @@ async fn run(command: Command, json: bool) -> CliResult {
             data_path,
             tls_cert,
             tls_key,
+            require_tls,
             max_connections,
             authentication_timeout,
             idle_in_transaction_session_timeout,
@@ -365,6 +371,7 @@ async fn run(command: Command, json: bool) -> CliResult {
                 read_only,
                 data_path,
                 tls: tls_cert.zip(tls_key),
+                require_tls,
                 max_connections: max_connections as usize,
                 authentication_timeout: std::time::Duration::from_secs(authentication_timeout),
                 idle: rocklake_sql::IdleLimits {

@@ -51,6 +51,10 @@ pub struct ServerOptions {
     /// TLS for clients that ask for it (`sslmode=require`); `None` answers their SSLRequest
     /// with `N`. See [`tls_config`].
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Refuse every session that did not come through TLS (PostgreSQL's `hostssl` lines)
+    /// with FATAL `28000`; cancel requests are let through, as PostgreSQL lets them. Needs
+    /// [`ServerOptions::tls`].
+    pub require_tls: bool,
     /// How many sessions may be open at once (PostgreSQL's `max_connections`, 100); one more
     /// is refused with `53300`. Cancel requests are always let through. As many sockets
     /// again may be waiting to send their startup packet; past that the oldest waiting one
@@ -74,6 +78,7 @@ impl Default for ServerOptions {
             read_only: false,
             grace: Duration::from_secs(5),
             tls: None,
+            require_tls: false,
             max_connections: 100,
             authentication_timeout: Duration::from_secs(60),
             idle: rocklake_sql::IdleLimits::default(),
@@ -119,6 +124,9 @@ pub enum ServerError {
          --password-file) or listen on 127.0.0.1"
     )]
     TrustOffLoopback(SocketAddr),
+    /// TLS required with no certificate to offer it.
+    #[error("--require-tls needs a certificate and key (--tls-cert, --tls-key)")]
+    RequireTlsWithoutCertificate,
     /// The certificate or key could not be used.
     #[error("TLS: {0}")]
     Tls(String),
@@ -153,6 +161,9 @@ impl Server {
     pub async fn bind(db: Arc<Database>, options: ServerOptions) -> Result<Server, ServerError> {
         if options.password.is_none() && !options.listen.ip().is_loopback() {
             return Err(ServerError::TrustOffLoopback(options.listen));
+        }
+        if options.require_tls && options.tls.is_none() {
+            return Err(ServerError::RequireTlsWithoutCertificate);
         }
         let listener =
             TcpListener::bind(options.listen)
@@ -224,6 +235,7 @@ impl Server {
                         pids: pids.clone(),
                         password: self.password.clone(),
                         tls: tls.clone(),
+                        require_tls: self.options.require_tls,
                         max,
                         deadline: tokio::time::Instant::now() + self.options.authentication_timeout,
                         idle: self.options.idle,
@@ -273,6 +285,7 @@ struct Connection {
     pids: Arc<RandomPidSecretKeyGenerator>,
     password: Option<Arc<PasswordSource>>,
     tls: relay::Tls,
+    require_tls: bool,
     max: usize,
     /// When it must be logged in.
     deadline: tokio::time::Instant,
@@ -295,6 +308,16 @@ impl Connection {
         };
         self.shared.waited(waiting.id);
         let Some(started) = started else { return };
+        if self.require_tls && !started.encrypted && !started.cancel {
+            relay::refuse(
+                started.stream,
+                "28000",
+                "this server takes only encrypted connections (--require-tls): connect with \
+                 sslmode=require",
+            )
+            .await;
+            return;
+        }
         // A cancel request is no session: it always gets through, as in PostgreSQL.
         let _slot = if started.cancel {
             None

@@ -57,22 +57,25 @@ pub(crate) struct Started {
     pub(crate) first: Vec<u8>,
     /// A cancel request rather than a session.
     pub(crate) cancel: bool,
+    /// Whether it came through TLS.
+    pub(crate) encrypted: bool,
 }
 
 /// Read `tcp`'s startup: SSL/GSS requests, the TLS handshake when one is asked for and
 /// configured, then a startup packet or a cancel request. `None` when the connection ended
 /// or was refused (a FATAL 08P01 already sent).
 pub(crate) async fn start(mut tcp: TcpStream, tls: &Tls) -> io::Result<Option<Started>> {
-    let done = |stream: Box<dyn Stream>, first: Vec<u8>| {
+    let done = |stream: Box<dyn Stream>, first: Vec<u8>, encrypted: bool| {
         let code = u32::from_be_bytes([first[4], first[5], first[6], first[7]]);
         Some(Started {
             stream,
             first,
             cancel: code == CANCEL_REQUEST,
+            encrypted,
         })
     };
     match startup(&mut tcp, tls).await? {
-        Start::Plain(first) => Ok(done(Box::new(tcp), first)),
+        Start::Plain(first) => Ok(done(Box::new(tcp), first, false)),
         Start::Tls => {
             let Some(acceptor) = tls else { return Ok(None) };
             let mut stream = match acceptor.accept(tcp).await {
@@ -84,7 +87,7 @@ pub(crate) async fn start(mut tcp: TcpStream, tls: &Tls) -> io::Result<Option<St
             };
             // After the handshake the client starts up again, inside TLS.
             match startup(&mut stream, &None).await? {
-                Start::Plain(first) => Ok(done(Box::new(stream), first)),
+                Start::Plain(first) => Ok(done(Box::new(stream), first, true)),
                 Start::Tls | Start::Done => Ok(None),
             }
         }

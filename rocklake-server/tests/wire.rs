@@ -1226,6 +1226,55 @@ async fn tls_when_a_certificate_is_configured() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // --require-tls: a session in the clear is refused (28000, as a hostssl-only
+    // pg_hba.conf refuses it), one through TLS served.
+    let strict = serve(
+        "sled",
+        ServerOptions {
+            tls: Some(rocklake_server::tls_config(&cert, &key).unwrap()),
+            require_tls: true,
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    for (mode, served) in [("require", true), ("disable", false), ("prefer", true)] {
+        let out = tokio::process::Command::new(psql)
+            .args([
+                strict.url(&format!("sslmode={mode}")).as_str(),
+                "-Atc",
+                "SELECT 7",
+            ])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), served, "sslmode={mode}: {stderr}");
+        if !served {
+            assert!(
+                stderr.contains("only encrypted connections (--require-tls)"),
+                "sslmode={mode}: {stderr}"
+            );
+        }
+    }
+    strict.stop().await;
+    let db = rocklake_sql::Database::open(
+        rocklake_core::Keyspace::open(rocklake::open("model://").await.unwrap())
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let refused = rocklake_server::Server::bind(
+        db,
+        ServerOptions {
+            require_tls: true,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("--tls-cert"), "{refused}");
     server.stop().await;
     plain.stop().await;
     let e = rocklake_server::tls_config(&key, &key).unwrap_err();

@@ -20,6 +20,7 @@ pub(crate) struct ServeArgs {
     pub(crate) data_path: Option<String>,
     /// Certificate and key files (PEM) for TLS.
     pub(crate) tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    pub(crate) require_tls: bool,
     pub(crate) max_connections: usize,
     pub(crate) authentication_timeout: Duration,
     pub(crate) idle: rocklake_sql::IdleLimits,
@@ -63,6 +64,7 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     };
     let options = ServerOptions {
         tls,
+        require_tls: args.require_tls,
         listen: args.listen,
         password: password.clone(),
         read_only: args.read_only,
