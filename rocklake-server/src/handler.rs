@@ -1137,6 +1137,7 @@ impl PgWireServerHandlers for Handlers {
             }),
             login: self.login.clone(),
             conn: self.conn.clone(),
+            password: self.password.clone(),
         })
     }
 
@@ -1148,6 +1149,11 @@ impl PgWireServerHandlers for Handlers {
 }
 
 impl Conn {
+    /// The client's address.
+    pub(crate) fn peer(&self) -> std::net::SocketAddr {
+        self.peer
+    }
+
     /// The client has logged in: the relay's idle limits from the server's defaults and the
     /// client's startup settings (the session itself is only built at its first statement).
     pub(crate) fn logged_in<C: ClientInfo>(&self, client: &C) {

@@ -627,6 +627,30 @@ async fn scram_password_is_required_when_configured_and_trust_stays_on_loopback(
         .await
         .expect_err("no password refused");
     eprintln!("without a password: {none}");
+    // Failed logins from one address are answered ever later (0.25 s, 0.5 s, 1 s, ...;
+    // the wrong password above counted, the missing one may have: the client gave up); a
+    // right password is not held back, and clears the count.
+    let mut waits = Vec::new();
+    for _ in 0..2 {
+        let at = std::time::Instant::now();
+        let e = connect(&server.url("password=eraser")).await.unwrap_err();
+        assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("28P01"));
+        waits.push(at.elapsed());
+    }
+    assert!(
+        waits[0] >= Duration::from_millis(500) && waits[1] >= Duration::from_millis(1000),
+        "the later failures were answered after {waits:?}"
+    );
+    connect(&server.url("password=pencil"))
+        .await
+        .expect("right password");
+    let at = std::time::Instant::now();
+    connect(&server.url("password=eraser")).await.unwrap_err();
+    let after_success = at.elapsed();
+    assert!(
+        after_success >= Duration::from_millis(250) && after_success < waits[1],
+        "after a good login the next failure waited {after_success:?}"
+    );
     server.stop().await;
 
     let backend = rocklake::open("model://").await.unwrap();
