@@ -25,6 +25,11 @@ struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// Open a SlateDB store as writer even while another writer (a running `rocklake serve`)
+    /// holds it, fencing that writer on purpose. Without it such an open is refused, naming
+    /// the holder.
+    #[arg(long, global = true)]
+    takeover: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -208,6 +213,7 @@ enum Command {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.json;
+    TAKEOVER.store(cli.takeover, std::sync::atomic::Ordering::Relaxed);
     let result = match cli.command {
         None => main_job(json).await,
         Some(c) => run(c, json).await,
@@ -281,8 +287,22 @@ fn print(json: bool, value: serde_json::Value, text: impl FnOnce() -> String) {
     }
 }
 
+/// `--takeover`: writer opens fence a SlateDB store's running writer instead of being refused.
+static TAKEOVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Open a store as its writer: refused while another writer holds it, unless `--takeover`.
+pub(crate) async fn open_writer(
+    url: &str,
+) -> Result<std::sync::Arc<dyn rocklake::KvBackend>, Error> {
+    if TAKEOVER.load(std::sync::atomic::Ordering::Relaxed) {
+        rocklake::open_takeover(url).await
+    } else {
+        rocklake::open(url).await
+    }
+}
+
 async fn writer(url: &str) -> Result<Keyspace, Error> {
-    Keyspace::open(rocklake::open(url).await?).await
+    Keyspace::open(open_writer(url).await?).await
 }
 
 async fn reader(url: &str) -> Result<Keyspace, Error> {
@@ -298,7 +318,7 @@ pub(crate) async fn open_for_reading(
     if url.starts_with("file://") || url.starts_with("s3://") {
         rocklake::open_reader(url).await
     } else {
-        rocklake::open(url).await
+        open_writer(url).await
     }
 }
 async fn run(command: Command, json: bool) -> CliResult {

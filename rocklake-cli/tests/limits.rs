@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 struct Served {
     child: Child,
     addr: SocketAddr,
+    /// The store it serves.
+    url: String,
     /// Kept open: the server prints more lines, and a closed pipe would end it.
     _stdout: BufReader<std::process::ChildStdout>,
     _dir: tempfile::TempDir,
@@ -53,6 +55,7 @@ fn serve(nofile: u32, args: &[&str]) -> Served {
     Served {
         child,
         addr,
+        url,
         _stdout: stdout,
         _dir: dir,
     }
@@ -101,6 +104,24 @@ fn login(addr: SocketAddr) -> Result<TcpStream, (String, String)> {
                 s.write_all(b"Q\0\0\0\x0dSELECT 1\0").unwrap();
                 sent_query = true;
             }
+            _ => {}
+        }
+    }
+}
+
+/// Run one simple query on a logged-in session: Ok, or the error the server sent.
+fn query(s: &mut TcpStream, sql: &str) -> Result<(), (String, String)> {
+    let mut packet = vec![b'Q'];
+    packet.extend_from_slice(&((sql.len() + 5) as u32).to_be_bytes());
+    packet.extend_from_slice(sql.as_bytes());
+    packet.push(0);
+    s.write_all(&packet).unwrap();
+    let mut error = None;
+    loop {
+        let (kind, body) = message(s).map_err(|e| ("read".into(), e.to_string()))?;
+        match kind {
+            b'E' => error = Some(error_fields(&body)),
+            b'Z' => return error.map_or(Ok(()), Err),
             _ => {}
         }
     }
@@ -209,4 +230,66 @@ fn an_empty_password_file_is_refused() {
         !dir.path().join("c").exists(),
         "the store was created before the refusal"
     );
+}
+
+/// `rocklake` run to its end: success, stdout, stderr.
+fn rocklake(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rocklake"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A command that opens the store a running server writes (SlateDB, which would fence the
+/// server) is refused, naming the server; the server keeps committing. `--takeover` opens it
+/// anyway and the server is fenced; a server killed with SIGKILL leaves no lock behind.
+#[test]
+fn a_writer_command_beside_a_running_server_is_refused_unless_it_takes_over() {
+    let server = serve(1024, &[]);
+    let mut session = login(server.addr).expect("a session");
+    query(
+        &mut session,
+        "CREATE TABLE t (id BIGINT); INSERT INTO t VALUES (1)",
+    )
+    .unwrap();
+
+    let (ok, _, err) = rocklake(&["sql", &server.url, "INSERT INTO t VALUES (2)"]);
+    assert!(!ok, "a second writer opened the store a server holds");
+    for part in [
+        format!("pid {}", server.child.id()),
+        "rocklake serve".to_string(),
+        "--takeover".to_string(),
+    ] {
+        assert!(err.contains(&part), "the refusal names {part:?}: {err}");
+    }
+    let (ok, _, err) = rocklake(&["info", &server.url]);
+    assert!(!ok && err.contains("--takeover"), "info opened it: {err}");
+    // The server was not fenced: its session still commits.
+    query(&mut session, "INSERT INTO t VALUES (3)").expect("the server still commits");
+
+    let (ok, out, err) = rocklake(&[
+        "--takeover",
+        "sql",
+        &server.url,
+        "INSERT INTO t VALUES (4); SELECT count(*) FROM t",
+    ]);
+    assert!(ok, "--takeover: {err}");
+    assert!(out.contains('3'), "rows 1, 3 and 4: {out}");
+    let (code, text) = query(&mut session, "INSERT INTO t VALUES (5)")
+        .expect_err("the server was taken over and is fenced");
+    assert!(text.contains("fenced"), "{code} {text}");
+
+    let mut other = serve(1024, &[]);
+    let url = other.url.clone();
+    other.child.kill().unwrap();
+    other.child.wait().unwrap();
+    let (ok, out, err) = rocklake(&["sql", &url, "SELECT 42"]);
+    assert!(ok, "the record of a killed server locked its store: {err}");
+    assert!(out.contains("42"), "{out}");
+    drop(server);
 }

@@ -1097,8 +1097,9 @@ async fn garbled_messages_never_take_the_server_down() {
     eprintln!("{cases} garbled cases (seed {seed}): {errors} ErrorResponses, {closed} connections closed, no panic");
 }
 
-/// A second server on the same SlateDB folder fences the first: its clients get a clear
-/// error, and nothing they send lands after that.
+/// A second server on the same SlateDB folder is refused while the first runs; one that takes
+/// the store over fences the first: its clients get a clear error, and nothing they send lands
+/// after that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_server_on_the_same_store_fences_the_older() {
     let dir = tempfile::tempdir().unwrap();
@@ -1108,7 +1109,15 @@ async fn a_newer_server_on_the_same_store_fences_the_older() {
     a.batch_execute("CREATE TABLE k (id BIGINT PRIMARY KEY); INSERT INTO k VALUES (1)")
         .await
         .unwrap();
-    let second = serve_url(&url, ServerOptions::default()).await;
+    let refused = rocklake::open(&url)
+        .await
+        .expect_err("a second writer beside a running server");
+    assert_eq!(refused.kind(), rocklake::ErrorKind::Locked, "{refused}");
+    let second = common::serve_backend(
+        rocklake::open_takeover(&url).await.unwrap(),
+        ServerOptions::default(),
+    )
+    .await;
     let e = a
         .batch_execute("INSERT INTO k VALUES (2)")
         .await

@@ -36,7 +36,11 @@
 //!
 //! # Fencing
 //!
-//! A second writer opening the same path fences the first: the first one's writes still seem to
+//! A second writer is refused while the first runs: every writer keeps a holder record beside
+//! the database and renews it every two seconds, and [`open_url`] fails with [`Error::Locked`],
+//! naming the holder, when that record is live (see [`holder`] for how a record left by a crash
+//! is told apart). [`open_url_with`] with `takeover` (`rocklake --takeover`) opens anyway, and
+//! then the second writer fences the first: the first one's writes still seem to
 //! succeed in memory, but its next flush fails and SlateDB closes it. Because a durable batch is
 //! acknowledged only after its flush, a fenced writer's durable batch is reported as
 //! [`Error::Fenced`], never as landed. A *buffered* batch of a writer that is fenced before the
@@ -67,6 +71,7 @@ use rocklake_core::{Engine, EngineBackend};
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::{CloseReason, Db, DbSnapshot, ErrorKind, IterationOrder};
 
+pub mod holder;
 mod reader;
 
 pub use reader::{open_reader_url, SlateReader, DEFAULT_POLL_INTERVAL};
@@ -152,6 +157,10 @@ pub struct SlateOptions {
     /// the reader's state still names; the next poll picks up the newer state). A writer
     /// ignores it.
     pub reader_checkpoint: bool,
+    /// Writer only: open even when another live writer holds the store, fencing it on purpose
+    /// (a standby taking over). Without it such an open is refused with [`Error::Locked`],
+    /// naming the holder (see [`holder`]). A reader ignores it.
+    pub takeover: bool,
 }
 
 impl Default for SlateOptions {
@@ -163,6 +172,7 @@ impl Default for SlateOptions {
             compactor_min_sources: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             reader_checkpoint: true,
+            takeover: false,
         }
     }
 }
@@ -282,9 +292,16 @@ pub fn object_store_for(location: &Location) -> Result<(Arc<dyn ObjectStore>, St
 /// A RockLake store on SlateDB: [`SlateEngine`] behind core's [`EngineBackend`].
 pub type SlateBackend = EngineBackend<SlateEngine>;
 
-/// Open the store a URL names (see the crate docs).
+/// Open the store a URL names as its writer (see the crate docs); refused while another live
+/// writer holds it (see [`holder`]).
 pub async fn open_url(url: &str) -> Result<Arc<SlateBackend>> {
-    let (location, options) = parse_url(url)?;
+    open_url_with(url, false).await
+}
+
+/// [`open_url`], or with `takeover` a writer that fences whichever writer holds the store.
+pub async fn open_url_with(url: &str, takeover: bool) -> Result<Arc<SlateBackend>> {
+    let (location, mut options) = parse_url(url)?;
+    options.takeover = takeover;
     Ok(Arc::new(EngineBackend::new(
         SlateEngine::open(location, options).await?,
     )))
@@ -295,6 +312,8 @@ pub struct SlateEngine {
     db: Db,
     location: Location,
     closed: AtomicBool,
+    /// This writer's holder record (none for `memory://`, which no other process can open).
+    claim: Option<holder::Claim>,
     /// Test-only: `sync` does nothing (see [`SlateEngine::skip_syncs_for_tests`]).
     skip_sync: AtomicBool,
 }
@@ -338,14 +357,34 @@ impl SlateEngine {
                     .insert("min_compaction_sources".into(), n.to_string());
             }
         }
-        let db = Db::builder(path, store)
+        let held = !matches!(location, Location::Memory);
+        let record = holder::record_path(&path);
+        let shown = location.to_string();
+        let generation = if held {
+            holder::check(store.as_ref(), &record, &shown, options.takeover).await?
+        } else {
+            0
+        };
+        let db = Db::builder(path, store.clone())
             .with_settings(settings)
             .build()
             .await
             .map_err(|e| map_err("opening the database", e))?;
+        let claim = if held {
+            match holder::Claim::start(store, record, shown, generation).await {
+                Ok(claim) => Some(claim),
+                Err(e) => {
+                    let _ = db.close().await;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         Ok(SlateEngine {
             db,
             location,
+            claim,
             closed: AtomicBool::new(false),
             skip_sync: AtomicBool::new(false),
         })
@@ -513,7 +552,11 @@ impl Engine for SlateEngine {
         if self.closed.swap(true, AtomicOrdering::AcqRel) {
             return Ok(());
         }
-        match self.db.close().await {
+        let closed = self.db.close().await;
+        if let Some(claim) = &self.claim {
+            claim.release().await;
+        }
+        match closed {
             Ok(()) => Ok(()),
             Err(e) => match map_err("closing the database", e) {
                 Error::Closed => Ok(()),

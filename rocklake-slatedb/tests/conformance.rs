@@ -6,9 +6,13 @@ use std::sync::Arc;
 use conformance::{suite, Opener, Target};
 use rocklake_core::KvBackend;
 
+/// Opened as takeovers: the suite opens second writers on purpose to see the first fenced,
+/// which a plain open refuses while the first one's holder record is live.
 fn opener() -> Opener {
     Arc::new(|url: String| {
-        Box::pin(async move { Ok(rocklake_slatedb::open_url(&url).await? as Arc<dyn KvBackend>) })
+        Box::pin(async move {
+            Ok(rocklake_slatedb::open_url_with(&url, true).await? as Arc<dyn KvBackend>)
+        })
     })
 }
 

@@ -100,14 +100,35 @@ pub fn local_path(url: &str) -> Result<std::path::PathBuf> {
     })
 }
 
-/// Open the store a URL names. See the crate docs for the schemes.
+/// Open the store a URL names as its writer. See the crate docs for the schemes.
+///
+/// A store another writer holds is refused with [`Error::Locked`]: RocksDB and sled by their
+/// folder's lock, SlateDB by the holder record its writers keep (a second SlateDB writer would
+/// otherwise fence the running one); [`open_takeover`] fences it on purpose.
 pub async fn open(url: &str) -> Result<Arc<dyn KvBackend>> {
-    match engine_of(url)? {
+    open_as_writer(url, false).await
+}
+
+/// Open a SlateDB store as its writer even while another writer holds it, fencing that one
+/// (a standby taking over; `rocklake --takeover`). RocksDB and sled cannot be taken over,
+/// since their writer holds the folder's lock: refused with [`Error::InvalidArgument`].
+pub async fn open_takeover(url: &str) -> Result<Arc<dyn KvBackend>> {
+    open_as_writer(url, true).await
+}
+
+async fn open_as_writer(url: &str, takeover: bool) -> Result<Arc<dyn KvBackend>> {
+    let engine = engine_of(url)?;
+    if takeover && engine != "slatedb" {
+        return Err(Error::InvalidArgument(format!(
+            "{url:?}: a takeover fences a running SlateDB writer (file://, s3://); {engine} stores are opened by one process at a time and cannot be taken over"
+        )));
+    }
+    match engine {
         "model" => Ok(Arc::new(MemoryBackend::default())),
         "slatedb" => {
             #[cfg(feature = "slatedb")]
             {
-                let b: Arc<dyn KvBackend> = rocklake_slatedb::open_url(url).await?;
+                let b: Arc<dyn KvBackend> = rocklake_slatedb::open_url_with(url, takeover).await?;
                 Ok(b)
             }
             #[cfg(not(feature = "slatedb"))]

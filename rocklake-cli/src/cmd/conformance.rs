@@ -8,7 +8,18 @@ use rocklake::{Error, KeyRange, Order, Pager, WriteBatch};
 use serde_json::json;
 
 fn opener() -> Opener {
-    Arc::new(|url: String| Box::pin(async move { rocklake::open(&url).await }))
+    Arc::new(|url: String| Box::pin(async move { open_for_suite(&url).await }))
+}
+
+/// The suite opens second writers on purpose, to see a SlateDB writer fenced (RocksDB's and
+/// sled's refused on their lock), so SlateDB stores are opened as takeovers: a plain open would
+/// be refused by the holder record of the writer under test.
+async fn open_for_suite(url: &str) -> Result<Arc<dyn rocklake::KvBackend>, Error> {
+    if rocklake::engine_of(url)? == "slatedb" {
+        rocklake::open_takeover(url).await
+    } else {
+        rocklake::open(url).await
+    }
 }
 
 fn child() -> Option<ChildCommand> {
@@ -144,6 +155,6 @@ async fn qualify_with(crash_rounds: usize, json: bool) -> Result<ExitCode, Error
 
 /// `rocklake crash-child URL`: the writer the crash check kills.
 pub async fn crash_child(url: &str) -> Result<ExitCode, Error> {
-    let backend = rocklake::open(url).await?;
+    let backend = open_for_suite(url).await?;
     conformance::crash::child_main(backend).await
 }

@@ -48,7 +48,7 @@ async fn scan(
     limit: Option<usize>,
     json: bool,
 ) -> Result<(), Error> {
-    let backend = rocklake::open(url).await?;
+    let backend = crate::open_writer(url).await?;
     let view = backend.view().await?;
     if let Some(s) = at {
         // Below retain-from, GC may have removed versions a reader at `s` would see.

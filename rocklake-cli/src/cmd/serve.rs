@@ -50,7 +50,7 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     let ks = if args.read_only {
         Keyspace::open_read_only(crate::open_for_reading(&args.url).await?).await?
     } else {
-        Keyspace::open(rocklake::open(&args.url).await?).await?
+        Keyspace::open(crate::open_writer(&args.url).await?).await?
     };
     let db = Database::open(ks)
         .await

@@ -25,7 +25,7 @@ pub(crate) async fn run(
     let ks = if read_only {
         Keyspace::open_read_only(crate::open_for_reading(&url).await?).await?
     } else {
-        Keyspace::open(rocklake::open(&url).await?).await?
+        Keyspace::open(crate::open_writer(&url).await?).await?
     };
     let db = Database::open(ks).await.map_err(to_core)?;
     let mut session = Session::new(db.clone());

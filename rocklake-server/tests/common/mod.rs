@@ -71,8 +71,15 @@ pub async fn serve(engine: &str, options: ServerOptions) -> Running {
 }
 
 /// Serve the store at `url` on a free loopback port.
-pub async fn serve_url(url: &str, mut options: ServerOptions) -> Running {
-    let backend = rocklake::open(url).await.unwrap();
+pub async fn serve_url(url: &str, options: ServerOptions) -> Running {
+    serve_backend(rocklake::open(url).await.unwrap(), options).await
+}
+
+/// Serve an opened store on a free loopback port.
+pub async fn serve_backend(
+    backend: std::sync::Arc<dyn rocklake::KvBackend>,
+    mut options: ServerOptions,
+) -> Running {
     let ks = rocklake_core::Keyspace::open(backend).await.unwrap();
     let db = Database::open(ks).await.unwrap();
     if options.listen.port() == 5433 {
