@@ -8,6 +8,8 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::parser::ParserError;
 use rocklake_core::backend::{visit_all, KeyRange, ReadView, WriteBatch};
 use rocklake_core::keys::row_key;
 use rocklake_core::keystone;
@@ -18,6 +20,7 @@ use rocklake_core::Keyspace;
 use crate::catalog::{parse_definition, Catalog};
 use crate::error::{Result, SqlError};
 use crate::locks::Locks;
+use crate::parse::ParseCache;
 use crate::relation::{name_key, RelDef};
 
 /// How many answers of system-catalog queries [`Database`] keeps.
@@ -48,6 +51,8 @@ pub struct Database {
     tuples: tokio::sync::Mutex<HashMap<u64, u64>>,
     /// Table locks between this process's transactions.
     locks: Arc<Locks>,
+    /// Parses kept by the shape of their text, for every session.
+    parses: ParseCache,
 }
 
 impl std::fmt::Debug for Database {
@@ -72,6 +77,7 @@ impl Database {
             system_answers: std::sync::Mutex::new(HashMap::new()),
             tuples: tokio::sync::Mutex::new(HashMap::new()),
             locks: Arc::default(),
+            parses: ParseCache::default(),
         });
         if fresh && db.keyspace.epoch().is_some() {
             // One batch under a freshly issued relation id, with the "still absent" condition
@@ -143,6 +149,17 @@ impl Database {
             }
         }
         self.load_and_install().await
+    }
+
+    /// Parse a SQL text (PostgreSQL's dialect), from the kept parse of its shape when one of
+    /// the same shape came before (see [`crate::parse`]).
+    pub fn parse(&self, sql: &str) -> std::result::Result<Vec<Statement>, ParserError> {
+        self.parses.parse(sql)
+    }
+
+    /// How many texts were parsed from a kept parse of their shape.
+    pub fn parses_reused(&self) -> u64 {
+        self.parses.hits()
     }
 
     /// The answer kept for `key` (a query of the system catalogs only, with what else it

@@ -27,8 +27,9 @@
 // listed before it, never after, and no two modules use each other (`tests/layers.rs` holds
 // to both).
 
-// Values: errors, timing, column types and PostgreSQL's names for them.
+// Values: errors, timing, column types and PostgreSQL's names for them; parsing SQL texts.
 pub mod error;
+pub mod parse;
 pub mod pg_types;
 pub mod phases;
 pub mod temporal;

@@ -81,16 +81,18 @@ async fn the_captured_ducklake_workload_gets_postgresql_s_answers_on_every_engin
             }
         }
         let direct: u64 = sessions.values().map(|s| s.direct_runs()).sum();
+        let reused = db.parses_reused();
         println!(
             "{}: {} messages ({statements} statements) replayed; {compared} messages compared, \
              {} differ; {server_only} statements read PostgreSQL's own catalog (issue 12, not \
              compared); {direct} statements on the direct path, each also answered by \
-             DataFusion and compared",
+             DataFusion and compared; {reused} texts parsed from a kept parse of their shape",
             store.name,
             trace.len(),
             mismatches.len()
         );
         assert!(direct > 0, "no statement took the direct path");
+        assert!(reused > 0, "no text was parsed from a kept parse of its shape");
         for m in mismatches.iter().take(25) {
             println!("  {m}");
         }

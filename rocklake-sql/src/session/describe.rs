@@ -8,8 +8,6 @@ use datafusion::arrow::datatypes::{Field, SchemaRef};
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, AssignmentTarget, Expr, FromTable, SetExpr, Statement, TableObject,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 
 use super::write::target_of;
 use super::{Session, Status};
@@ -24,7 +22,9 @@ impl Session {
     /// columns (`None`: the statement returns no rows). Several statements are refused, as
     /// PostgreSQL refuses them in a prepared statement.
     pub async fn describe(&mut self, sql: &str) -> Result<(Vec<Option<Field>>, Option<SchemaRef>)> {
-        let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        let mut statements = self
+            .db
+            .parse(sql)
             .map_err(|e| SqlError::new(state::SYNTAX_ERROR, e.to_string()))?;
         if statements.len() > 1 {
             return Err(SqlError::new(

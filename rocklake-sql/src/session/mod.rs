@@ -298,7 +298,7 @@ impl Session {
 
     async fn run_statements(&mut self, sql: &str, params: &[Expr]) -> Vec<Result<Output>> {
         let parsing = Instant::now();
-        let parsed = Parser::parse_sql(&PostgreSqlDialect {}, sql);
+        let parsed = self.db.parse(sql);
         self.shared.phases.since(Phase::Parse, parsing);
         let statements = match parsed {
             Ok(s) => s,
