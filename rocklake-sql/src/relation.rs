@@ -567,20 +567,28 @@ impl RelDef {
             }
         };
         match &self.layout {
-            Layout::Tagged { slots, .. } => Ok(Some((
-                slots
-                    .iter()
-                    .map(|s| match s {
-                        Slot::Begin => Value::Int(row.begin_snapshot as i64),
-                        Slot::End => row
-                            .end_snapshot
-                            .map(|e| Value::Int(e as i64))
-                            .unwrap_or(Value::Null),
-                        Slot::Cell(i) => row.cells.get(*i).cloned().unwrap_or(Value::Null),
-                    })
-                    .collect(),
-                None,
-            ))),
+            Layout::Tagged { slots, .. } => {
+                // Each stored cell has one column (columns have distinct names), so cells are
+                // moved out, not copied.
+                let mut cells = row.cells;
+                Ok(Some((
+                    slots
+                        .iter()
+                        .map(|s| match s {
+                            Slot::Begin => Value::Int(row.begin_snapshot as i64),
+                            Slot::End => row
+                                .end_snapshot
+                                .map(|e| Value::Int(e as i64))
+                                .unwrap_or(Value::Null),
+                            Slot::Cell(i) => cells
+                                .get_mut(*i)
+                                .map(|c| std::mem::replace(c, Value::Null))
+                                .unwrap_or(Value::Null),
+                        })
+                        .collect(),
+                    None,
+                )))
+            }
             Layout::Inlined { version, .. } => {
                 if row.cells.get(1) != Some(&Value::Int(*version as i64)) {
                     return Ok(None);

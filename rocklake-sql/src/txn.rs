@@ -216,24 +216,51 @@ impl Txn {
                     indexed.insert(k.slice(plen..), u64::from_be_bytes(n));
                 }
             }
-            for (k, v) in self.scan(r).await? {
-                if let Some((cells, tuple)) = rel.decode(&k, &v)? {
-                    let tuple = tuple.or_else(|| indexed.get(&k).copied());
+            let mut each = |k: &[u8], v: &[u8]| -> Result<()> {
+                if let Some((cells, tuple)) = rel.decode(k, v)? {
+                    let tuple = tuple.or_else(|| indexed.get(k).copied());
                     if strict && tuple.is_none() {
                         return Err(SqlError::new(
                             state::DATA_CORRUPTED,
                             format!(
                                 "the row {} of {} has no tuple number",
-                                rocklake_core::keys::render(&k),
+                                rocklake_core::keys::render(k),
                                 rel.qualified()
                             ),
                         ));
                     }
                     out.push(StoredRow {
-                        key: k,
+                        key: Bytes::copy_from_slice(k),
                         cells,
                         tuple,
                     });
+                }
+                Ok(())
+            };
+            let (lo, hi) = r.as_slices();
+            if self.writes.range::<[u8], _>((lo, hi)).next().is_some() {
+                for (k, v) in self.scan(r).await? {
+                    each(&k, &v)?;
+                }
+            } else {
+                // Nothing of this transaction's own in the range: decode each pair where the
+                // view lends it, without copying it first.
+                let mut failed = None;
+                visit_all(
+                    self.view.as_ref(),
+                    r.clone(),
+                    512,
+                    &mut |k, v| match each(k, v) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            failed = Some(e);
+                            false
+                        }
+                    },
+                )
+                .await?;
+                if let Some(e) = failed {
+                    return Err(e);
                 }
             }
         }

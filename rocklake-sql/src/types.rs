@@ -318,11 +318,15 @@ impl SqlType {
             Value::Int(i) => Ok(Some(*i)),
             other => Err(bad(other)),
         };
-        let text = |v: &Value| match v {
-            Value::Null => Ok(None),
-            Value::Text(s) => Ok(Some(s.clone())),
-            other => Err(bad(other)),
-        };
+        // Borrowed: the builders copy the bytes once, into the array.
+        fn text<'v>(v: &'v Value, bad: &dyn Fn(&Value) -> SqlError) -> Result<Option<&'v str>> {
+            match v {
+                Value::Null => Ok(None),
+                Value::Text(s) => Ok(Some(s.as_str())),
+                other => Err(bad(other)),
+            }
+        }
+        let text = |v| text(v, &bad);
         Ok(match self {
             SqlType::BigInt => Arc::new(
                 cells
@@ -433,7 +437,7 @@ impl SqlType {
             }
             SqlType::Array(e) => {
                 let texts = cells.iter().map(|v| text(v)).collect::<Result<Vec<_>>>()?;
-                list_from_texts(texts.iter().map(Option::as_deref), *e, &what()).map_err(|err| {
+                list_from_texts(texts.iter().copied(), *e, &what()).map_err(|err| {
                     SqlError::new(
                         state::DATA_CORRUPTED,
                         format!(

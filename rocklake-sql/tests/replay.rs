@@ -92,7 +92,10 @@ async fn the_captured_ducklake_workload_gets_postgresql_s_answers_on_every_engin
             mismatches.len()
         );
         assert!(direct > 0, "no statement took the direct path");
-        assert!(reused > 0, "no text was parsed from a kept parse of its shape");
+        assert!(
+            reused > 0,
+            "no text was parsed from a kept parse of its shape"
+        );
         for m in mismatches.iter().take(25) {
             println!("  {m}");
         }
