@@ -178,6 +178,82 @@ pub async fn rocklake(
     ])
 }
 
+/// One of the `sql` group's operations, for [`profile`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// One DuckLake commit (BEGIN, the four statements, COMMIT).
+    Commit,
+    /// The files of one table at snapshot N.
+    Read,
+    /// A primary-key point read.
+    Point,
+}
+
+impl std::str::FromStr for Operation {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Operation, String> {
+        match s {
+            "commit" => Ok(Operation::Commit),
+            "read" => Ok(Operation::Read),
+            "point" => Ok(Operation::Point),
+            other => Err(format!(
+                "unknown operation {other:?} (expected commit, read or point)"
+            )),
+        }
+    }
+}
+
+/// The `sql` group's set-up on `backend` (its tables, [`FILES`] data files), then `n` of one
+/// operation, untimed: a fixed amount of work, so that an instruction count (valgrind's
+/// callgrind, collecting only inside [`profiled_operations`]) compares two builds where the
+/// wall clock of a shared machine cannot. Returns the session's phase split of those `n`.
+pub async fn profile(backend: Arc<dyn KvBackend>, op: Operation, n: usize) -> Result<String> {
+    let ks = Keyspace::open(backend).await?;
+    let db = Database::open(ks).await.map_err(sql_err("open"))?;
+    let mut s = Session::new(db.clone());
+    s.run(DDL).await.map_err(sql_err("create tables"))?;
+    for t in preload(FILES) {
+        s.run(&t).await.map_err(sql_err("preload"))?;
+    }
+    // One of each first, as the timed workloads' warm-up does.
+    profiled_operations(&mut s, op, 0, 1).await?;
+    let before = s.phases();
+    profiled_operations(&mut s, op, 1, n).await?;
+    let split = s.phases().since(&before).render(n.max(1) as u64);
+    db.close().await.map_err(sql_err("close"))?;
+    Ok(split)
+}
+
+/// Operations `from..from + n` of `op` (the part [`profile`] means to be measured).
+#[inline(never)]
+pub async fn profiled_operations(
+    s: &mut Session,
+    op: Operation,
+    from: usize,
+    n: usize,
+) -> Result<()> {
+    for i in from..from + n {
+        let out = match op {
+            Operation::Commit => {
+                let text = commit_text(10 + i as i64, commit_table(i));
+                s.run("BEGIN").await.map_err(sql_err("begin"))?;
+                s.run(&text).await.map_err(sql_err("commit body"))?;
+                s.run("COMMIT").await.map_err(sql_err("commit"))?
+            }
+            Operation::Read => s
+                .run(&files_query(i as i64 % TABLES, 3))
+                .await
+                .map_err(sql_err("read"))?,
+            Operation::Point => s
+                .run(&point_query(i as i64 % FILES))
+                .await
+                .map_err(sql_err("point read"))?,
+        };
+        std::hint::black_box(out.row_count());
+    }
+    Ok(())
+}
+
 /// The phase split of one operation: what the session spent since `before`, over the
 /// samples and the warm-up call.
 fn split(s: &Session, before: &rocklake_sql::PhaseSnapshot, stats: &Stats) -> String {

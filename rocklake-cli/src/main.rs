@@ -137,9 +137,18 @@ enum Command {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
         /// Workload groups to run (codec, point, scan, batch, keystone, mvcc, catalog,
-        /// group-commit); default: all.
+        /// group-commit, sql); default: all.
         #[arg(long, value_delimiter = ',')]
         groups: Vec<String>,
+        /// Instead of the benchmark: run a fixed number of one `sql` group operation (commit,
+        /// read or point) on the in-memory model engine, untimed, for a profiler (see
+        /// docs/bench-sql.md).
+        #[arg(long, conflicts_with_all = ["engines", "quick", "out", "groups"])]
+        profile: Option<benches::sql::Operation>,
+        /// How many operations `--profile` runs.
+        #[arg(long, default_value_t = 200, requires = "profile",
+              value_parser = clap::value_parser!(u32).range(1..))]
+        operations: u32,
     },
     /// Run SQL against a catalog without a server (DuckLake's tables are SQL tables); without a
     /// statement, read statements from standard input (an interactive shell on a terminal).
@@ -360,10 +369,17 @@ async fn run(command: Command, json: bool) -> CliResult {
             clear,
         } => cmd::conformance::run(url, crash_rounds, clear, json).await,
         Command::Bench {
+            profile: Some(op),
+            operations,
+            ..
+        } => cmd::bench::profile(op, operations as usize).await,
+        Command::Bench {
             engines,
             quick,
             out,
             groups,
+            profile: None,
+            ..
         } => cmd::bench::run(engines, groups, quick, out, json).await,
         Command::Sql {
             url,

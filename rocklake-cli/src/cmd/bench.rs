@@ -88,6 +88,18 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
     Ok(out)
 }
 
+/// `--profile`: `operations` of one `sql` group operation on the model engine, untimed (the
+/// set-up is not part of what a profiler collecting inside
+/// `benches::sql::profiled_operations` counts).
+pub async fn profile(op: benches::sql::Operation, operations: usize) -> Result<ExitCode, Error> {
+    let backend: Arc<dyn KvBackend> = Arc::new(rocklake::MemoryBackend::default());
+    let split = benches::sql::profile(backend, op, operations).await?;
+    println!(
+        "{operations} × {op:?} on the model engine; the session's phases per operation: {split}"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Run, print the markdown table, write JSON and SVG charts into `out_dir`.
 pub async fn run(
     engines: Vec<String>,
