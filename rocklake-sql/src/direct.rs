@@ -21,18 +21,20 @@
 //! evaluating) falls back to DataFusion before anything is written, so errors, too, are the
 //! general path's.
 
+pub(crate) mod values;
+
 use std::sync::Arc;
 use std::time::Instant;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::compute::{concat, filter_record_batch};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, TableReference};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::utils::split_conjunction_owned;
-use datafusion::logical_expr::{Expr as DfExpr, LogicalPlan, LogicalPlanBuilder, Volatility};
+use datafusion::logical_expr::{Expr as DfExpr, Volatility};
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::expressions::Column as PhysicalColumn;
@@ -334,7 +336,7 @@ pub(crate) fn constant_select(
             row,
         )],
     };
-    let Some(batch) = values(state, &list)? else {
+    let Some(batch) = values::batch(state, &list)? else {
         return Ok(None);
     };
     let fields: Vec<_> = batch
@@ -614,89 +616,6 @@ pub(crate) fn evaluate(
         );
     }
     Ok(Some(out))
-}
-
-/// The rows of a `VALUES` list as one batch, each column of the one type DataFusion unifies
-/// it to; `None` when a value is not the direct path's.
-pub(crate) fn values(state: &SessionState, v: &Values) -> Result<Option<RecordBatch>> {
-    if v.value_keyword {
-        return Ok(None);
-    }
-    let empty = DFSchema::empty();
-    let mut rows = Vec::with_capacity(v.rows.len());
-    for row in &v.rows {
-        let mut exprs = Vec::with_capacity(row.len());
-        for e in row.iter() {
-            // Unsimplified here: the builder unifies the types first, as the SQL planner's
-            // VALUES does, and each value is simplified after.
-            let mut e = e.clone();
-            crate::rewrite::strip_collate_expr(&mut e);
-            let l = state.create_logical_expr_from_sql_expr(
-                ExprWithAlias {
-                    expr: e,
-                    alias: None,
-                },
-                &empty,
-            )?;
-            exprs.push(l);
-        }
-        rows.push(exprs);
-    }
-    let plan = LogicalPlanBuilder::values(rows)?.build()?;
-    let LogicalPlan::Values(values) = plan else {
-        return Err(SqlError::internal("VALUES did not plan as VALUES"));
-    };
-    let schema: SchemaRef = Arc::new(values.schema.as_arrow().clone());
-    let one = RecordBatch::try_new_with_options(
-        Arc::new(Schema::empty()),
-        vec![],
-        &RecordBatchOptions::new().with_row_count(Some(1)),
-    )?;
-    let n = values.values.len();
-    let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(n); schema.fields().len()];
-    for row in values.values {
-        for (j, e) in row.into_iter().enumerate() {
-            let plain = evaluable(&e, false)?;
-            if !plain {
-                return Ok(None);
-            }
-            let array = match &e {
-                DfExpr::Literal(v, _) => v.to_array_of_size(1)?,
-                DfExpr::Cast(c) => match c.expr.as_ref() {
-                    DfExpr::Literal(v, _) => v.cast_to(c.field.data_type())?.to_array_of_size(1)?,
-                    _ => state
-                        .create_physical_expr(e.clone(), &empty)?
-                        .evaluate(&one)?
-                        .into_array(1)?,
-                },
-                _ => state
-                    .create_physical_expr(e, &empty)?
-                    .evaluate(&one)?
-                    .into_array(1)?,
-            };
-            columns[j].push(array);
-        }
-    }
-    let arrays: Vec<ArrayRef> = columns
-        .iter()
-        .zip(schema.fields())
-        .map(|(parts, f)| {
-            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
-            let a = concat(&refs)?;
-            // A NULL literal unified into a typed column arrives typed already; anything else
-            // of another type is cast as the plan's schema says.
-            if a.data_type() == f.data_type() {
-                Ok(a)
-            } else {
-                Ok(datafusion::arrow::compute::cast(&a, f.data_type())?)
-            }
-        })
-        .collect::<Result<_>>()?;
-    Ok(Some(RecordBatch::try_new_with_options(
-        schema,
-        arrays,
-        &RecordBatchOptions::new().with_row_count(Some(n)),
-    )?))
 }
 
 /// The most primary-key values one statement looks up in the primary-key index (past it, the

@@ -21,6 +21,10 @@ const DIRECT: &[&str] = &[
     "INSERT INTO f (data_file_id, table_id, begin_snapshot, path) VALUES (4, '11', 4, 'd'), (5, 12, '6', 'e')",
     "INSERT INTO stats VALUES (10, 0, 0, 0), (11, 5, 5, 100), (12, NULL, 1, 2)",
     "INSERT INTO s2.kv VALUES ('x', 'y'), ('a', NULL)",
+    // Literals of one type per column (taken without DataFusion's VALUES planning), and a
+    // list with a value that is not a literal (planned by it).
+    "INSERT INTO stats VALUES ('13', 1, NULL, -1)",
+    "INSERT INTO f (data_file_id, table_id, path, size) VALUES (7, 13, 'x', NULL), (8, 13, upper('y'), 2.5)",
     "SELECT * FROM f",
     "SELECT data_file_id, path FROM f WHERE table_id = 10",
     "SELECT \"data_file_id\", \"path\" FROM \"public\".\"f\" WHERE \"begin_snapshot\" <= '3' AND (\"end_snapshot\" IS NULL OR \"end_snapshot\" > '3')",

@@ -200,23 +200,24 @@ impl Session {
     }
 
     /// The rows an UPDATE or DELETE changes: the direct path's batch when it has one (checked
-    /// against DataFusion's in [`DirectMode::Check`]), else DataFusion's answer to `sql`.
+    /// against DataFusion's in [`DirectMode::Check`]), else DataFusion's answer to the query
+    /// `sql` prints (only printed when it is planned).
     pub(super) async fn targets_or_general(
         &self,
         direct: Option<RecordBatch>,
-        sql: &str,
+        sql: impl FnOnce() -> String,
         ctid: bool,
         what: &str,
     ) -> Result<Vec<RecordBatch>> {
         match direct {
             Some(b) => {
                 if self.direct == DirectMode::Check {
-                    let general = self.select_targets(sql, ctid).await?;
+                    let general = self.select_targets(&sql(), ctid).await?;
                     same_rows(what, std::slice::from_ref(&b), &general)?;
                 }
                 Ok(vec![b])
             }
-            None => self.select_targets(sql, ctid).await,
+            None => self.select_targets(&sql(), ctid).await,
         }
     }
 
@@ -229,7 +230,7 @@ impl Session {
             return None;
         };
         let planning = Instant::now();
-        let out = direct::values(&self.direct_state, values).ok()?;
+        let out = direct::values::batch(&self.direct_state, values).ok()?;
         self.shared.phases.since(Phase::Plan, planning);
         if out.is_some() {
             self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);

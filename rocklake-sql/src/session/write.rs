@@ -116,9 +116,7 @@ impl Session {
         let (name, qual) = target_of(&u.table.relation)?;
         let rel = self.table(&name)?;
         let mut targets = Vec::with_capacity(u.assignments.len());
-        let with_text = with.map(|w| format!("{w} ")).unwrap_or_default();
-        let mut sql = format!("{with_text}SELECT {qual}.\"{KEY_COLUMN}\"");
-        for (i, a) in u.assignments.iter().enumerate() {
+        for a in &u.assignments {
             let AssignmentTarget::ColumnName(col) = &a.target else {
                 return Err(SqlError::unsupported("UPDATE ... SET (a, b) = (...)"));
             };
@@ -128,21 +126,30 @@ impl Session {
                 .and_then(|p| p.as_ident())
                 .map(fold)
                 .unwrap_or_default();
-            let idx = rel.column_index(&cname)?;
-            targets.push(idx);
-            sql.push_str(&format!(", ({}) AS \"__rocklake_set_{i}\"", a.value));
+            targets.push(rel.column_index(&cname)?);
         }
-        sql.push_str(&format!(" FROM {}", u.table));
-        if let Some(UpdateTableFromKind::AfterSet(from) | UpdateTableFromKind::BeforeSet(from)) =
-            &u.from
-        {
-            for t in from {
-                sql.push_str(&format!(", {t}"));
+        // The SELECT DataFusion plans when the direct path does not take the UPDATE, printed
+        // only then (printing the AST back to SQL is a large part of a direct UPDATE's cost).
+        let general_sql = || {
+            let with_text = with.map(|w| format!("{w} ")).unwrap_or_default();
+            let mut sql = format!("{with_text}SELECT {qual}.\"{KEY_COLUMN}\"");
+            for (i, a) in u.assignments.iter().enumerate() {
+                sql.push_str(&format!(", ({}) AS \"__rocklake_set_{i}\"", a.value));
             }
-        }
-        if let Some(sel) = &u.selection {
-            sql.push_str(&format!(" WHERE {sel}"));
-        }
+            sql.push_str(&format!(" FROM {}", u.table));
+            if let Some(
+                UpdateTableFromKind::AfterSet(from) | UpdateTableFromKind::BeforeSet(from),
+            ) = &u.from
+            {
+                for t in from {
+                    sql.push_str(&format!(", {t}"));
+                }
+            }
+            if let Some(sel) = &u.selection {
+                sql.push_str(&format!(" WHERE {sel}"));
+            }
+            sql
+        };
         let ctid = mentions_ctid_stmt(stmt);
         let catalog = self.shared.current_catalog();
         let shapes: Option<Vec<std::borrow::Cow<'_, Update>>> = match (self.direct, with) {
@@ -161,12 +168,16 @@ impl Session {
             Some(batches) => {
                 let changes = changes_of(&rel, &targets, &batches)?;
                 if self.direct == DirectMode::Check {
-                    let general = self.select_targets(&sql, ctid).await?;
+                    let general = self.select_targets(&general_sql(), ctid).await?;
                     same_changes(&changes, &changes_of(&rel, &targets, &general)?)?;
                 }
                 changes
             }
-            None => changes_of(&rel, &targets, &self.select_targets(&sql, ctid).await?)?,
+            None => changes_of(
+                &rel,
+                &targets,
+                &self.select_targets(&general_sql(), ctid).await?,
+            )?,
         };
         let n = changes.len();
         self.with_txn(async |txn| {
@@ -228,13 +239,16 @@ impl Session {
         };
         let (name, qual) = target_of(&first.relation)?;
         let rel = self.table(&name)?;
-        let mut sql = format!("{with}SELECT {qual}.\"{KEY_COLUMN}\" FROM {first}");
-        for t in d.using.iter().flatten() {
-            sql.push_str(&format!(", {t}"));
-        }
-        if let Some(sel) = &d.selection {
-            sql.push_str(&format!(" WHERE {sel}"));
-        }
+        let general_sql = || {
+            let mut sql = format!("{with}SELECT {qual}.\"{KEY_COLUMN}\" FROM {first}");
+            for t in d.using.iter().flatten() {
+                sql.push_str(&format!(", {t}"));
+            }
+            if let Some(sel) = &d.selection {
+                sql.push_str(&format!(" WHERE {sel}"));
+            }
+            sql
+        };
         let ctid = mentions_ctid_stmt(stmt);
         let shape = match self.direct {
             DirectMode::Off => None,
@@ -246,7 +260,7 @@ impl Session {
             None => None,
         };
         let batches = self
-            .targets_or_general(direct, &sql, ctid, "a DELETE")
+            .targets_or_general(direct, general_sql, ctid, "a DELETE")
             .await?;
         let mut keys = Vec::new();
         let mut seen = HashSet::new();
