@@ -608,7 +608,7 @@ impl Session {
             }
             Statement::Insert(_) => {
                 self.ensure_txn().await?;
-                self.insert(&stmt).await
+                self.insert(stmt).await
             }
             Statement::Update(_) => {
                 self.ensure_txn().await?;

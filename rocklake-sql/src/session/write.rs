@@ -21,7 +21,7 @@ use crate::relation::{RelDef, StoredRow, KEY_COLUMN};
 use crate::rewrite::{cast_values_to_targets, mentions_ctid_stmt, update_per_values_row};
 use crate::txn::Txn;
 impl Session {
-    pub(super) async fn insert(&mut self, stmt: &Statement) -> Result<Output> {
+    pub(super) async fn insert(&mut self, stmt: Statement) -> Result<Output> {
         let Statement::Insert(ins) = stmt else {
             unreachable!("insert() is called with an INSERT")
         };
@@ -45,7 +45,7 @@ impl Session {
                 })
                 .collect::<Result<_>>()?
         };
-        let Some(mut source) = ins.source.clone() else {
+        let Some(mut source) = ins.source else {
             return Err(SqlError::unsupported("INSERT ... DEFAULT VALUES"));
         };
         cast_values_to_targets(&mut source, &rel, &targets);
