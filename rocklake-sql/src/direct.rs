@@ -605,6 +605,12 @@ pub(crate) fn evaluate(
 ) -> Result<Option<Vec<ArrayRef>>> {
     let mut out = Vec::with_capacity(exprs.len());
     for e in exprs {
+        // A literal (DuckLake sets its statistics to literals) is the value DataFusion would
+        // plan and evaluate, without planning it.
+        if let Some((_, v)) = values::sql_literal(e) {
+            out.push(v.to_array_of_size(m.batch.num_rows())?);
+            continue;
+        }
         let Some(l) = logical(state, e, &m.df_schema)? else {
             return Ok(None);
         };

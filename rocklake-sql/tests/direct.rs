@@ -41,6 +41,9 @@ const DIRECT: &[&str] = &[
     "UPDATE f SET end_snapshot = 7 WHERE end_snapshot IS NULL AND data_file_id IN (1, 4)",
     "UPDATE f SET path = upper(path), n = n * 2 WHERE table_id = '11'",
     "UPDATE stats SET record_count = NULL",
+    // DuckLake's own form: the statistics set to literals.
+    "UPDATE stats SET record_count=1005, file_size_bytes=-3, next_row_id='7' WHERE table_id=11",
+    "UPDATE f SET size = CAST('2.5' AS DOUBLE PRECISION), ok = NULL, path = 'z' WHERE data_file_id = 3",
     "DELETE FROM f WHERE data_file_id = 2",
     "DELETE FROM s2.kv WHERE k = 'nope'",
     "SELECT * FROM stats ORDER BY table_id",

@@ -155,7 +155,7 @@ fn literal_rows(rows: &[Vec<DfExpr>]) -> Result<Option<RecordBatch>> {
 /// planning literals through DataFusion's SQL planner was the largest part of an INSERT.
 /// `None` for any other form, or a cast that fails (DataFusion then plans it, and its error
 /// is the statement's).
-fn sql_literal(e: &Expr) -> Option<(DataType, ScalarValue)> {
+pub(super) fn sql_literal(e: &Expr) -> Option<(DataType, ScalarValue)> {
     use datafusion::sql::sqlparser::ast::{CastKind, DataType as D, UnaryOperator, Value};
     let integer = |digits: &str, negative: bool| -> Option<ScalarValue> {
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
