@@ -242,3 +242,27 @@ fn main_job_serves_a_local_catalog_and_prints_the_attach_line() {
     let status = child.wait().unwrap();
     assert!(status.success(), "stopped cleanly on SIGTERM: {status:?}");
 }
+
+/// `bench --profile` (the fixed workload profilers count instructions over) runs the `sql`
+/// group's operation on the model engine and prints the session's phases; a wrong operation
+/// or count is refused by name.
+#[test]
+fn bench_profile_runs_one_sql_operation_a_fixed_number_of_times() {
+    for op in ["commit", "point"] {
+        let out = ok(&["bench", "--profile", op, "--operations", "2"]);
+        assert!(
+            out.contains("2 × ") && out.contains("on the model engine"),
+            "{out}"
+        );
+        assert!(out.contains("parse ") && out.contains("commit "), "{out}");
+    }
+    let (success, _, err) = rocklake(&["bench", "--profile", "scan"]);
+    assert!(
+        !success && err.contains("expected commit, read or point"),
+        "{err}"
+    );
+    let (success, _, err) = rocklake(&["bench", "--profile", "read", "--operations", "0"]);
+    assert!(!success && err.contains("--operations"), "{err}");
+    let (success, _, err) = rocklake(&["bench", "--profile", "read", "--quick"]);
+    assert!(!success && err.contains("cannot be used with"), "{err}");
+}
