@@ -103,6 +103,24 @@ fn row(workload: &str, engine: &str, durability: &str, s: &Stats) -> Measurement
     m
 }
 
+/// A database on `backend` with DuckLake's tables and `files` data files, and a session on it
+/// in `mode`.
+async fn set_up(
+    backend: Arc<dyn KvBackend>,
+    mode: DirectMode,
+    files: i64,
+) -> Result<(Arc<Database>, Session)> {
+    let ks = Keyspace::open(backend).await?;
+    let db = Database::open(ks).await.map_err(sql_err("open"))?;
+    let mut s = Session::new(db.clone());
+    s.set_direct_mode(mode);
+    s.run(DDL).await.map_err(sql_err("create tables"))?;
+    for t in preload(files) {
+        s.run(&t).await.map_err(sql_err("preload"))?;
+    }
+    Ok((db, s))
+}
+
 /// The SQL workloads on one RockLake engine (durable commits), with the direct path on or
 /// (`DirectMode::Off`) every statement through DataFusion's planner.
 pub async fn rocklake(
@@ -112,14 +130,7 @@ pub async fn rocklake(
     files: i64,
     mode: DirectMode,
 ) -> Result<Vec<Measurement>> {
-    let ks = Keyspace::open(backend).await?;
-    let db = Database::open(ks).await.map_err(sql_err("open"))?;
-    let mut s = Session::new(db.clone());
-    s.set_direct_mode(mode);
-    s.run(DDL).await.map_err(sql_err("create tables"))?;
-    for t in preload(files) {
-        s.run(&t).await.map_err(sql_err("preload"))?;
-    }
+    let (db, s) = set_up(backend, mode, files).await?;
     let s = Arc::new(tokio::sync::Mutex::new(s));
     let phases = |s: &Session| s.phases();
     let before = phases(&*s.lock().await);
@@ -208,13 +219,7 @@ impl std::str::FromStr for Operation {
 /// callgrind, collecting only inside [`profiled_operations`]) compares two builds where the
 /// wall clock of a shared machine cannot. Returns the session's phase split of those `n`.
 pub async fn profile(backend: Arc<dyn KvBackend>, op: Operation, n: usize) -> Result<String> {
-    let ks = Keyspace::open(backend).await?;
-    let db = Database::open(ks).await.map_err(sql_err("open"))?;
-    let mut s = Session::new(db.clone());
-    s.run(DDL).await.map_err(sql_err("create tables"))?;
-    for t in preload(FILES) {
-        s.run(&t).await.map_err(sql_err("preload"))?;
-    }
+    let (db, mut s) = set_up(backend, DirectMode::On, FILES).await?;
     // One of each first, as the timed workloads' warm-up does.
     profiled_operations(&mut s, op, 0, 1).await?;
     let before = s.phases();

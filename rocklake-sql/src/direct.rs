@@ -455,20 +455,26 @@ fn evaluable(expr: &DfExpr, columns: bool) -> Result<bool> {
     Ok(plain)
 }
 
-/// A DataFusion expression of `e` over `schema`, coerced and simplified as the analyser and
-/// optimiser would leave it; `None` when the direct path should not evaluate it (a subquery,
-/// an aggregate or window function, a placeholder, or a function whose value depends on when
-/// the statement runs).
-fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<DfExpr>> {
+/// DataFusion's expression of `e` over `schema` as its SQL planner makes it (COLLATE left
+/// out), before coercion and simplification.
+fn unsimplified(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<DfExpr> {
     let mut e = e.clone();
     crate::rewrite::strip_collate_expr(&mut e);
-    let expr = state.create_logical_expr_from_sql_expr(
+    Ok(state.create_logical_expr_from_sql_expr(
         ExprWithAlias {
             expr: e,
             alias: None,
         },
         schema,
-    )?;
+    )?)
+}
+
+/// A DataFusion expression of `e` over `schema`, coerced and simplified as the analyser and
+/// optimiser would leave it; `None` when the direct path should not evaluate it (a subquery,
+/// an aggregate or window function, a placeholder, or a function whose value depends on when
+/// the statement runs).
+fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<DfExpr>> {
+    let expr = unsimplified(state, e, schema)?;
     let plain = evaluable(&expr, true)?;
     if !plain {
         return Ok(None);

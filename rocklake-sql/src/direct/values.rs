@@ -16,9 +16,9 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Expr as DfExpr, LogicalPlan, LogicalPlanBuilder};
-use datafusion::sql::sqlparser::ast::{Expr, ExprWithAlias, Values};
+use datafusion::sql::sqlparser::ast::{Expr, Values};
 
-use super::evaluable;
+use super::{evaluable, unsimplified};
 use crate::error::{Result, SqlError};
 
 /// The rows of a `VALUES` list as one batch, each column of the one type DataFusion unifies
@@ -44,16 +44,7 @@ pub(crate) fn batch(state: &SessionState, v: &Values) -> Result<Option<RecordBat
         for e in row.iter() {
             // Unsimplified here: the builder unifies the types first, as the SQL planner's
             // VALUES does, and each value is simplified after.
-            let mut e = e.clone();
-            crate::rewrite::strip_collate_expr(&mut e);
-            let l = state.create_logical_expr_from_sql_expr(
-                ExprWithAlias {
-                    expr: e,
-                    alias: None,
-                },
-                &empty,
-            )?;
-            exprs.push(l);
+            exprs.push(unsimplified(state, e, &empty)?);
         }
         rows.push(exprs);
     }
