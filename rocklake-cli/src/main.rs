@@ -141,8 +141,8 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         groups: Vec<String>,
         /// Instead of the benchmark: run a fixed number of one `sql` group operation (commit,
-        /// read or point) on the in-memory model engine, untimed, for a profiler (see
-        /// docs/bench-sql.md).
+        /// read or point) on the in-memory model engine, untimed, for a profiler (see the
+        /// README's "Benchmarks").
         #[arg(long, conflicts_with_all = ["engines", "quick", "out", "groups"])]
         profile: Option<benches::sql::Operation>,
         /// How many operations `--profile` runs.
