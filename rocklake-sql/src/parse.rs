@@ -2,20 +2,22 @@
 //!
 //! DuckLake sends the same few statements over and over with different literals (a commit's
 //! `INSERT INTO ducklake_snapshot VALUES (12, ...)`, then `(13, ...)`), and sqlparser spends
-//! most of a statement's parse on the parser, not on the tokenizer. So a text is tokenized, its
-//! number and single-quoted string literals are taken out (each replaced by a placeholder of
-//! our own), and the token sequence that remains — the shape — is the key of a parse kept from
-//! an earlier text. A text of a known shape costs a tokenization, a clone of the kept
-//! statements and putting its own literals back in.
+//! most of a statement's parse on the parser, not on the tokenizer. So a text's number and
+//! single-quoted string literals are taken out by a one-pass scanner of our own ([`scan`]), and
+//! the text that remains — the shape — is the key of a parse kept from an earlier text. A text
+//! of a known shape costs that scan, a clone of the kept statements and putting its own
+//! literals back in.
 //!
-//! A shape is kept only when its parse, literals put back, equals the parse of the text itself
-//! (sqlparser's equality, which ignores source positions); a shape whose parse differs or fails
-//! (a literal where the grammar wants a literal token, such as `varchar(10)` or `DATE '...'`
-//! in some positions) is remembered as one to parse whole. Errors are always the parse of the
-//! text itself. The literals' kinds (number or string, and a number's `L` suffix) are part of
-//! the shape, and so is every other token, whitespace included, so two texts share a parse only
-//! when they differ in literal values alone.
+//! A shape is kept only when sqlparser's tokenizer finds exactly the scanner's literals in its
+//! first text, and the parse of that text's tokens with placeholders in place of its literals,
+//! literals put back, equals the parse of the text itself (sqlparser's equality, which ignores
+//! source positions); a shape whose parse differs or fails (a literal where the grammar wants
+//! a literal token, such as `varchar(10)` or `DATE '...'` in some positions) is remembered as
+//! one to parse whole. Errors are always the parse of the text itself. The literals' kinds
+//! (integer, decimal or string) are part of the shape, and so is every other byte, whitespace
+//! included, so two texts share a parse only when they differ in literal values alone.
 
+use std::borrow::Cow;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,11 +39,11 @@ const LONGEST: usize = 64 * 1024;
 /// so no client text can name one.
 const MARK: &str = "$#";
 
-/// A literal taken out of a text.
-#[derive(Debug)]
-enum Literal {
-    Number(String, bool),
-    Text(String),
+/// A literal taken out of a text: a number's digits, or a string's value (quotes undoubled).
+#[derive(Debug, PartialEq)]
+enum Literal<'a> {
+    Number(Cow<'a, str>),
+    Text(Cow<'a, str>),
 }
 
 /// What is kept for a shape.
@@ -56,10 +58,10 @@ enum Kept {
 /// The parses kept by shape, shared by a database's sessions.
 #[derive(Debug, Default)]
 pub struct ParseCache {
-    /// Keyed by the token sequence with DataFusion's hash map (hashbrown with its randomly
-    /// seeded default hasher): hashing a shape with the standard library's SipHash cost more
-    /// than a tenth of a kept parse.
-    shapes: Mutex<datafusion::common::HashMap<Vec<Token>, Arc<Kept>>>,
+    /// Keyed by [`scan`]'s shape with DataFusion's hash map (hashbrown with its randomly seeded
+    /// default hasher): hashing with the standard library's SipHash cost more than a tenth of a
+    /// kept parse.
+    shapes: Mutex<datafusion::common::HashMap<String, Arc<Kept>>>,
     hits: AtomicU64,
 }
 
@@ -76,43 +78,23 @@ impl ParseCache {
         if sql.len() > LONGEST {
             return Parser::parse_sql(&dialect, sql);
         }
-        let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize_with_location() else {
+        let Some((shape, literals)) = scan(sql) else {
             return Parser::parse_sql(&dialect, sql);
         };
-        let mut shape = Vec::with_capacity(tokens.len());
-        let mut spans = Vec::with_capacity(tokens.len());
-        let mut literals = Vec::new();
-        for TokenWithSpan { token, span } in tokens {
-            let token = match token {
-                // The literal's kind is in the placeholder, so it is part of the shape.
-                Token::Number(n, long) => {
-                    let kind = if long { 'L' } else { 'n' };
-                    literals.push(Literal::Number(n, long));
-                    Token::Placeholder(placeholder(kind, literals.len() - 1))
-                }
-                Token::SingleQuotedString(s) => {
-                    literals.push(Literal::Text(s));
-                    Token::Placeholder(placeholder('s', literals.len() - 1))
-                }
-                // A client's own placeholder that looks like ours (only possible if the
-                // tokenizer ever makes one): parse whole.
-                Token::Placeholder(p) if p.starts_with(MARK) => {
-                    return Parser::parse_sql(&dialect, sql);
-                }
-                other => other,
-            };
-            shape.push(token);
-            spans.push(span);
-        }
         let kept = self
             .shapes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&shape)
+            .get(shape.as_str())
             .cloned();
         match kept.as_deref() {
             Some(Kept::Parsed(statements)) => {
-                if let Some(out) = fill(statements.clone(), &literals) {
+                debug_assert_eq!(
+                    Some(&literals),
+                    tokenized(sql).as_ref().map(|(_, l)| l),
+                    "the shape scanner and sqlparser's tokenizer differ on {sql:?}"
+                );
+                if let Some(out) = fill(statements.clone(), literals) {
                     self.hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(out);
                 }
@@ -121,18 +103,19 @@ impl ParseCache {
             Some(Kept::Whole) => Parser::parse_sql(&dialect, sql),
             None => {
                 let whole = Parser::parse_sql(&dialect, sql);
-                let with_spans = shape
-                    .iter()
-                    .cloned()
-                    .zip(spans)
-                    .map(|(token, span)| TokenWithSpan { token, span })
-                    .collect();
-                let parsed = Parser::new(&dialect)
-                    .with_tokens_with_locations(with_spans)
-                    .parse_statements();
-                let kept = match (&whole, parsed) {
-                    (Ok(w), Ok(p)) if fill(p.clone(), &literals).as_ref() == Some(w) => {
-                        Kept::Parsed(p)
+                let kept = match (&whole, tokenized(sql)) {
+                    // Kept only when sqlparser's own tokens have exactly the scanner's literals
+                    // and the parse with placeholders, literals put back, is the text's parse.
+                    (Ok(w), Some((tokens, from_tokens))) if from_tokens == literals => {
+                        let parsed = Parser::new(&dialect)
+                            .with_tokens_with_locations(tokens)
+                            .parse_statements();
+                        match parsed {
+                            Ok(p) if fill(p.clone(), from_tokens).as_ref() == Some(w) => {
+                                Kept::Parsed(p)
+                            }
+                            _ => Kept::Whole,
+                        }
                     }
                     _ => Kept::Whole,
                 };
@@ -143,6 +126,167 @@ impl ParseCache {
                 shapes.insert(shape, Arc::new(kept));
                 whole
             }
+        }
+    }
+}
+
+/// A text as sqlparser's tokenizer reads it, with our placeholders in place of its number and
+/// single-quoted string literals, and those literals; `None` if it does not tokenize, or holds
+/// a placeholder that looks like ours (only possible if the tokenizer ever makes one).
+fn tokenized(sql: &str) -> Option<(Vec<TokenWithSpan>, Vec<Literal<'static>>)> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize_with_location()
+        .ok()?;
+    let mut literals = Vec::new();
+    let mut out = Vec::with_capacity(tokens.len());
+    for TokenWithSpan { token, span } in tokens {
+        let token = match token {
+            // A number with Hive's `L` suffix is no literal the scanner takes out; keeping its
+            // flag in the list makes it differ from the scanner's.
+            Token::Number(n, long) => {
+                let n = if long { format!("{n}L") } else { n };
+                literals.push(Literal::Number(Cow::Owned(n)));
+                Token::Placeholder(placeholder('n', literals.len() - 1))
+            }
+            Token::SingleQuotedString(s) => {
+                literals.push(Literal::Text(Cow::Owned(s)));
+                Token::Placeholder(placeholder('s', literals.len() - 1))
+            }
+            Token::Placeholder(p) if p.starts_with(MARK) => return None,
+            other => other,
+        };
+        out.push(TokenWithSpan { token, span });
+    }
+    Some((out, literals))
+}
+
+/// A text's shape: the text with each number and single-quoted string literal replaced by a
+/// NUL and its kind (`i` integer, `d` decimal, `s` string), and those literals in order; read
+/// by hand in one pass, because sqlparser's tokenizer (a token, and for words a `String`, per
+/// word) was the largest cost of a kept parse.
+///
+/// It takes only texts whose literals it finds exactly where sqlparser's tokenizer does, and
+/// gives up (`None`: the text is parsed whole) on anything else: comments, dollar quotes,
+/// prefixed strings (`E'...'`, `U&'...'`, `x'...'`), numbers with exponents, suffixes, hex or
+/// underscores, names or operators with characters outside plain ASCII, a `NUL`. Every other
+/// byte stays in the shape as it is, whitespace included. The first text of a shape is
+/// checked against the tokenizer ([`tokenized`]), and in debug builds every later one too.
+fn scan(sql: &str) -> Option<(String, Vec<Literal<'_>>)> {
+    let b = sql.as_bytes();
+    let is_word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$';
+    // What may not directly follow a name, number or placeholder for the scanner to be sure of
+    // where it ends: more of a name, a quote (a prefixed string), a non-ASCII letter, a dot.
+    let runs_on = |c: Option<&u8>| {
+        c.is_some_and(|&c| is_word(c) || !c.is_ascii() || matches!(c, b'\'' | b'"' | b'.'))
+    };
+    let mut shape = String::with_capacity(sql.len());
+    let mut literals = Vec::new();
+    let mut copied = 0;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\t' | b'\n' | b'\r' | b'(' | b')' | b'[' | b']' | b',' | b';' | b'+'
+            | b'*' | b'<' | b'>' | b'=' | b'!' | b'|' | b'%' | b'^' | b'~' => i += 1,
+            // `--` and `/*` open comments; `.5` is a number (and `._` the tokenizer's error
+            // after anything but a name); `:name` and `&'...'` are a placeholder and a Unicode
+            // string.
+            b'-' if b.get(i + 1) == Some(&b'-') => return None,
+            b'/' if b.get(i + 1) == Some(&b'*') => return None,
+            b'.' if b
+                .get(i + 1)
+                .is_some_and(|&c| c.is_ascii_digit() || c == b'_') =>
+            {
+                return None
+            }
+            b'&' if matches!(b.get(i + 1), Some(b'\'' | b'"')) => return None,
+            b'-' | b'/' | b'.' | b'&' => i += 1,
+            b':' if b.get(i + 1) == Some(&b':') => i += 2,
+            b'a'..=b'z' | b'A'..=b'Z' | b'_' => {
+                while i < b.len() && is_word(b[i]) {
+                    i += 1;
+                }
+                if b.get(i)
+                    .is_some_and(|&c| !c.is_ascii() || matches!(c, b'\'' | b'"'))
+                {
+                    return None;
+                }
+            }
+            b'"' => i = quoted(b, i)?.0,
+            // `$1`, the client's placeholder.
+            b'$' => {
+                i += 1;
+                let digits = i;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                if i == digits || runs_on(b.get(i)) {
+                    return None;
+                }
+            }
+            b'0'..=b'9' => {
+                let start = i;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                let mut kind = 'i';
+                if b.get(i) == Some(&b'.') {
+                    if !b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                        return None;
+                    }
+                    i += 1;
+                    while i < b.len() && b[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                    kind = 'd';
+                }
+                if runs_on(b.get(i)) {
+                    return None;
+                }
+                shape.push_str(&sql[copied..start]);
+                shape.push('\0');
+                shape.push(kind);
+                copied = i;
+                literals.push(Literal::Number(Cow::Borrowed(&sql[start..i])));
+            }
+            b'\'' => {
+                let start = i;
+                let (end, doubled) = quoted(b, i)?;
+                i = end;
+                let inner = &sql[start + 1..end - 1];
+                let text = if doubled {
+                    Cow::Owned(inner.replace("''", "'"))
+                } else {
+                    Cow::Borrowed(inner)
+                };
+                shape.push_str(&sql[copied..start]);
+                shape.push_str("\0s");
+                copied = i;
+                literals.push(Literal::Text(text));
+            }
+            _ => return None,
+        }
+    }
+    shape.push_str(&sql[copied..]);
+    Some((shape, literals))
+}
+
+/// The end (one past the closing quote) of the quoted string or name opening at `start`, and
+/// whether it holds a doubled quote; `None` if it does not end.
+fn quoted(b: &[u8], start: usize) -> Option<(usize, bool)> {
+    let quote = b[start];
+    let mut i = start + 1;
+    let mut doubled = false;
+    loop {
+        match b.get(i)? {
+            &c if c == quote => {
+                if b.get(i + 1) == Some(&quote) {
+                    doubled = true;
+                    i += 2;
+                } else {
+                    return Some((i + 1, doubled));
+                }
+            }
+            _ => i += 1,
         }
     }
 }
@@ -172,10 +316,9 @@ fn placeholder(kind: char, i: usize) -> String {
 
 /// Put `literals` back into `statements` in place of our placeholders; `None` unless each
 /// literal went back exactly once.
-fn fill(mut statements: Vec<Statement>, literals: &[Literal]) -> Option<Vec<Statement>> {
+fn fill(mut statements: Vec<Statement>, literals: Vec<Literal<'_>>) -> Option<Vec<Statement>> {
     struct Filler<'a> {
-        literals: &'a [Literal],
-        used: Vec<bool>,
+        literals: Vec<Option<Literal<'a>>>,
         bad: bool,
     }
     impl VisitorMut for Filler<'_> {
@@ -195,24 +338,23 @@ fn fill(mut statements: Vec<Statement>, literals: &[Literal]) -> Option<Vec<Stat
                 self.bad = true;
                 return ControlFlow::Break(());
             };
-            if std::mem::replace(&mut self.used[i], true) {
-                self.bad = true;
-                return ControlFlow::Break(());
-            }
-            v.value = match &self.literals[i] {
-                Literal::Number(n, long) => Value::Number(n.clone(), *long),
-                Literal::Text(s) => Value::SingleQuotedString(s.clone()),
+            v.value = match self.literals[i].take() {
+                Some(Literal::Number(n)) => Value::Number(n.into_owned(), false),
+                Some(Literal::Text(s)) => Value::SingleQuotedString(s.into_owned()),
+                None => {
+                    self.bad = true;
+                    return ControlFlow::Break(());
+                }
             };
             ControlFlow::Continue(())
         }
     }
     let mut f = Filler {
-        literals,
-        used: vec![false; literals.len()],
+        literals: literals.into_iter().map(Some).collect(),
         bad: false,
     };
     let _ = statements.visit(&mut f);
-    (!f.bad && f.used.iter().all(|u| *u)).then_some(statements)
+    (!f.bad && f.literals.iter().all(Option::is_none)).then_some(statements)
 }
 
 #[cfg(test)]
@@ -292,5 +434,108 @@ mod tests {
         let b = "SELECT $1, 6 FROM t WHERE a = $2";
         assert_eq!(cache.parse(b).unwrap(), plain(b));
         assert_eq!(cache.hits(), 1);
+    }
+
+    /// The literals sqlparser's tokenizer finds, or `None` if it fails.
+    fn tokenizer_literals(sql: &str) -> Option<Vec<Literal<'static>>> {
+        tokenized(sql).map(|(_, l)| l)
+    }
+
+    #[test]
+    fn the_scanner_finds_the_tokenizer_s_literals() {
+        for (sql, want) in [
+            ("SELECT 1, 22.50, 'x' FROM t", vec!["1", "22.50", "'x"]),
+            ("SELECT 'it''s', '''', ''", vec!["'it's", "''", "'"]),
+            (
+                r#"SELECT 'a\b', 'ünï ''q''' FROM "we""ird 1""#,
+                vec![r"'a\b", "'ünï 'q'"],
+            ),
+            (
+                "SELECT t1.c2, a[1], x::int8, -3, $1 FROM s_1$x",
+                vec!["1", "3"],
+            ),
+            (
+                "SELECT 5-2*3/1%7, 'a'||'b'",
+                vec!["5", "2", "3", "1", "7", "'a", "'b"],
+            ),
+            ("SELECT\t1\n,\r2;", vec!["1", "2"]),
+        ] {
+            let (_, got) = scan(sql).unwrap_or_else(|| panic!("scanner gave up on {sql:?}"));
+            let want: Vec<Literal> = want
+                .into_iter()
+                .map(|w| match w.strip_prefix('\'') {
+                    Some(t) => Literal::Text(Cow::Borrowed(t)),
+                    None => Literal::Number(Cow::Borrowed(w)),
+                })
+                .collect();
+            assert_eq!(got, want, "{sql}");
+            assert_eq!(tokenizer_literals(sql), Some(want), "{sql}");
+        }
+    }
+
+    #[test]
+    fn the_scanner_gives_up_where_literals_are_not_plain() {
+        for sql in [
+            "SELECT 1 -- note",
+            "SELECT /* note */ 1",
+            r"SELECT E'a\nb'",
+            r"SELECT U&'d\0061t'",
+            "SELECT x'1F', b'01', N'x'",
+            "SELECT $$a'b$$",
+            "SELECT $tag$x$tag$",
+            "SELECT 1e5",
+            "SELECT 1.5E-3",
+            "SELECT 0x1F",
+            "SELECT 1_000",
+            "SELECT .5",
+            "SELECT 1.",
+            "SELECT 10L",
+            "SELECT :name",
+            "SELECT ?",
+            "SELECT @x",
+            "SELECT 'unterminated",
+            "SELECT \"unterminated",
+            "SELECT café FROM t",
+            "SELECT 1 FROM t WHERE a = 'x'\u{0}",
+        ] {
+            assert!(scan(sql).is_none(), "{sql}");
+        }
+    }
+
+    /// Texts stitched at random from fragments that sit at the edges of literals (quotes,
+    /// digits, dots, letters, `$`, `&`, `:`, comments, non-ASCII): wherever the scanner takes a
+    /// text, its literals are the tokenizer's.
+    #[test]
+    fn the_scanner_agrees_with_the_tokenizer_on_stitched_texts() {
+        #[rustfmt::skip]
+        const PIECES: &[&str] = &[
+            "'a'", "''", "'''", "'", "\"", "\"q\"\"\"", "1", "23", ".", "4.5", "0", "x", "e", "E",
+            "L", "_", "$", "$1", "&", ":", "::", "-", "--", "/", "*", " ", "\n", "(", ")", ",",
+            "é", "'é'", "U", "N", "+", "=", "[", "]", ";", "\\", "#", "@", "?", "a1", "SELECT ",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut taken, mut literals) = (0, 0);
+        for _ in 0..50_000 {
+            let n = 1 + next() % 10;
+            let sql: String = (0..n)
+                .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+                .collect();
+            if let Some((_, got)) = scan(&sql) {
+                taken += 1;
+                literals += got.len();
+                assert_eq!(Some(got), tokenizer_literals(&sql), "{sql:?}");
+            }
+        }
+        // The check means something only if many texts, with literals, were taken.
+        assert!(
+            taken > 5_000 && literals > 2_000,
+            "{taken} texts, {literals} literals"
+        );
     }
 }
