@@ -21,6 +21,7 @@
 //! evaluating) falls back to DataFusion before anything is written, so errors, too, are the
 //! general path's.
 
+mod quick;
 pub(crate) mod values;
 
 use std::sync::Arc;
@@ -474,6 +475,23 @@ fn unsimplified(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<DfE
 /// an aggregate or window function, a placeholder, or a function whose value depends on when
 /// the statement runs).
 fn logical(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<DfExpr>> {
+    if let Some(quick) = quick::expr(e, schema) {
+        #[cfg(debug_assertions)]
+        {
+            let planned = planned(state, e, schema)?;
+            assert_eq!(
+                Some(&quick),
+                planned.as_ref(),
+                "the direct path's own expression of `{e}` differs from DataFusion's"
+            );
+        }
+        return Ok(Some(quick));
+    }
+    planned(state, e, schema)
+}
+
+/// [`logical`] through DataFusion's planner, coercion and simplifier.
+fn planned(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<DfExpr>> {
     let expr = unsimplified(state, e, schema)?;
     let plain = evaluable(&expr, true)?;
     if !plain {
