@@ -21,6 +21,7 @@
 //! evaluating) falls back to DataFusion before anything is written, so errors, too, are the
 //! general path's.
 
+mod latest;
 mod quick;
 pub(crate) mod values;
 
@@ -197,6 +198,8 @@ pub(crate) struct Select<'a> {
     /// Output columns: indices into the table's columns.
     columns: Vec<usize>,
     selection: Option<&'a Expr>,
+    /// A WHERE of `column = (SELECT MAX(column) FROM table)`, in place of `selection`.
+    latest: Option<latest::Latest>,
     /// (column, ascending, nulls first).
     order: Vec<(usize, bool, bool)>,
 }
@@ -221,6 +224,9 @@ pub(crate) fn select_shape<'a>(
     catalog: &Catalog,
     nulls: datafusion::sql::planner::NullOrdering,
 ) -> Option<Select<'a>> {
+    if let Some(s) = latest::derived(q, catalog, nulls) {
+        return Some(s);
+    }
     if !bare_body(q, true) {
         return None;
     }
@@ -262,10 +268,15 @@ pub(crate) fn select_shape<'a>(
             order.push((c, asc, nulls_first));
         }
     }
+    let latest = s
+        .selection
+        .as_ref()
+        .and_then(|e| latest::latest(e, &target, catalog));
     Some(Select {
         target,
         columns,
-        selection: s.selection.as_ref(),
+        selection: s.selection.as_ref().filter(|_| latest.is_none()),
+        latest,
         order,
     })
 }
@@ -583,9 +594,27 @@ pub(crate) async fn select(
     plan: &Select<'_>,
     phases: &PhaseTimes,
 ) -> Result<Option<((SchemaRef, Vec<RecordBatch>), usize)>> {
-    let Some((m, read)) = matching(state, txn, &plan.target, plan.selection, phases).await? else {
+    let mut before = 0;
+    let condition;
+    let selection = match &plan.latest {
+        Some(l) => {
+            let (source, of) = l.source();
+            let Some((all, read)) = matching(state, txn, source, None, phases).await? else {
+                return Ok(None);
+            };
+            before = read;
+            let Some(c) = l.condition(&plan.target, all.batch.column(of)) else {
+                return Ok(None);
+            };
+            condition = c;
+            Some(&condition)
+        }
+        None => plan.selection,
+    };
+    let Some((m, read)) = matching(state, txn, &plan.target, selection, phases).await? else {
         return Ok(None);
     };
+    let read = read + before;
     let mut batch = m.batch;
     if !plan.order.is_empty() {
         let ordering = LexOrdering::new(plan.order.iter().map(|(c, asc, nulls_first)| {

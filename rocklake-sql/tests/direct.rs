@@ -11,7 +11,8 @@ use rocklake_sql::{DirectMode, Session};
 const SETUP: &str = "CREATE TABLE f (data_file_id BIGINT PRIMARY KEY, table_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, path VARCHAR, size DOUBLE PRECISION, ok BOOLEAN, at TIMESTAMP WITH TIME ZONE, n NUMERIC(10, 2));
 CREATE TABLE stats (table_id BIGINT, record_count BIGINT, next_row_id BIGINT, file_size_bytes BIGINT);
 CREATE SCHEMA s2;
-CREATE TABLE s2.kv (k VARCHAR PRIMARY KEY, v VARCHAR)";
+CREATE TABLE s2.kv (k VARCHAR PRIMARY KEY, v VARCHAR);
+CREATE TABLE e (id BIGINT)";
 
 /// Statements of the direct path's shapes (each also run by DataFusion and compared), and
 /// how many of them must have taken the direct path.
@@ -48,6 +49,13 @@ const DIRECT: &[&str] = &[
     "DELETE FROM s2.kv WHERE k = 'nope'",
     "SELECT * FROM stats ORDER BY table_id",
     "SELECT * FROM f ORDER BY data_file_id",
+    // The latest row by a maximum, as DuckLake asks for its latest snapshot: alone, in the
+    // derived table DuckDB's postgres extension wraps it in, by another table's maximum, and
+    // by the maximum of an empty table (no rows).
+    "SELECT path, data_file_id FROM f WHERE data_file_id = (SELECT MAX(data_file_id) FROM f)",
+    "SELECT \"path\", \"table_id\" FROM (SELECT data_file_id, table_id, path\n\t FROM \"public\".f WHERE data_file_id = (\n\t SELECT MAX(data_file_id) FROM \"public\".f\n\t )) AS __unnamed_subquery ",
+    "SELECT path FROM f WHERE table_id = (SELECT max(table_id) FROM stats) ORDER BY path",
+    "SELECT path FROM f WHERE data_file_id = (SELECT MAX(id) FROM e)",
     // No FROM: DuckDB's check of a pooled connection, and other constants.
     "SELECT 1",
     "SELECT 1 AS one, 'x' AS s, NULL, -2.5, CAST('7' AS BIGINT), true, 1 + 2",
@@ -62,6 +70,11 @@ const GENERAL: &[&str] = &[
     "SELECT f.path FROM f JOIN stats ON f.table_id = stats.table_id",
     "SELECT data_file_id + 1 FROM f",
     "SELECT path FROM f WHERE table_id IN (SELECT table_id FROM stats)",
+    "SELECT path FROM f WHERE data_file_id = (SELECT MIN(data_file_id) FROM f)",
+    "SELECT path FROM f WHERE data_file_id = (SELECT MAX(data_file_id) FROM f WHERE table_id = 10)",
+    "SELECT path FROM f WHERE size = (SELECT MAX(size) FROM f)",
+    "SELECT p FROM (SELECT path AS p FROM f) AS x",
+    "SELECT path FROM (SELECT path FROM f) AS x WHERE path = 'a'",
     "SELECT relname FROM pg_class WHERE relname = 'f'",
     "SELECT ctid, path FROM f",
     "WITH t AS (SELECT 1 AS one) SELECT one FROM t",
