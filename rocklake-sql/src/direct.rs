@@ -598,15 +598,11 @@ pub(crate) async fn select(
     let condition;
     let selection = match &plan.latest {
         Some(l) => {
-            let (source, of) = l.source();
-            let Some((all, read)) = matching(state, txn, source, None, phases).await? else {
+            let Some((maximum, read)) = l.maximum(state, txn, phases).await? else {
                 return Ok(None);
             };
             before = read;
-            let Some(c) = l.condition(&plan.target, all.batch.column(of)) else {
-                return Ok(None);
-            };
-            condition = c;
+            condition = l.condition(&plan.target, maximum);
             Some(&condition)
         }
         None => plan.selection,

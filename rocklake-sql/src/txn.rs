@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rocklake_core::backend::{visit_all, KeyRange, ReadView, WriteBatch};
+use rocklake_core::backend::{visit_all, KeyRange, Order, Pager, ReadView, WriteBatch};
 use rocklake_core::keys::row_key;
 use rocklake_core::tags;
 use rocklake_core::values::Value;
@@ -135,6 +135,32 @@ impl Txn {
     /// Every pair in `range`, ascending, own writes applied.
     pub async fn scan(&self, range: &KeyRange) -> Result<Vec<(Bytes, Bytes)>> {
         self.scan_in(self.view.as_ref(), range).await
+    }
+
+    /// The last pair of `range` (the greatest key), own writes applied: read from the end of
+    /// the range, a page at a time past keys this transaction deleted.
+    pub async fn last(&self, range: &KeyRange) -> Result<Option<(Bytes, Bytes)>> {
+        let (lo, hi) = range.as_slices();
+        let own = self
+            .writes
+            .range::<[u8], _>((lo, hi))
+            .rev()
+            .find_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())));
+        let mut pager = Pager::new(self.view.as_ref(), range.clone(), Order::Descending, 8);
+        let mut stored = None;
+        'pages: while let Some(page) = pager.next_page().await? {
+            for (k, v) in page {
+                // A key this transaction wrote is answered by `own` (or deleted).
+                if !self.writes.contains_key(&k) {
+                    stored = Some((k, v));
+                    break 'pages;
+                }
+            }
+        }
+        Ok(match (own, stored) {
+            (Some(o), Some(s)) => Some(if o.0 > s.0 { o } else { s }),
+            (o, s) => o.or(s),
+        })
     }
 
     /// Every pair of `view` in `range`, ascending, own writes applied.

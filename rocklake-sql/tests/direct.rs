@@ -120,6 +120,11 @@ async fn direct_answers_are_datafusions_on_every_engine() {
             ),
             ("SELECT v FROM s2.kv WHERE k = 'x'", 1),
             ("UPDATE f SET ok = true WHERE data_file_id = '4'", 1),
+            // The maximum of a primary key from the end of its index, then that row.
+            (
+                "SELECT path FROM f WHERE data_file_id = (SELECT MAX(data_file_id) FROM f)",
+                2,
+            ),
         ] {
             let before = s.rows_read();
             q(&mut s, sql).await;
@@ -141,7 +146,14 @@ async fn direct_answers_are_datafusions_on_every_engine() {
             .await,
             ["50"]
         );
+        // The maximum sees the block's own rows, and not those it deleted.
+        let latest =
+            "SELECT data_file_id FROM f WHERE data_file_id = (SELECT MAX(data_file_id) FROM f)";
+        assert_eq!(q(&mut s, latest).await, ["50"]);
+        q(&mut s, "DELETE FROM f WHERE data_file_id IN (50, 8)").await;
+        assert_eq!(q(&mut s, latest).await, ["7"]);
         q(&mut s, "ROLLBACK").await;
+        assert_eq!(q(&mut s, latest).await, ["8"]);
         assert!(
             q(&mut s, "SELECT data_file_id FROM f WHERE data_file_id = 50")
                 .await
