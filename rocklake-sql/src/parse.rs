@@ -3,7 +3,7 @@
 //! DuckLake sends the same few statements over and over with different literals (a commit's
 //! `INSERT INTO ducklake_snapshot VALUES (12, ...)`, then `(13, ...)`), and sqlparser spends
 //! most of a statement's parse on the parser, not on the tokenizer. So a text's number and
-//! single-quoted string literals are taken out by a one-pass scanner of our own ([`scan`]), and
+//! single-quoted string literals are taken out by a one-pass scanner of our own (`scan`), and
 //! the text that remains — the shape — is the key of a parse kept from an earlier text. A text
 //! of a known shape costs that scan, a clone of the kept statements and putting its own
 //! literals back in.
