@@ -60,15 +60,7 @@ pub(super) fn latest(e: &Expr, target: &Target, catalog: &Catalog) -> Option<Lat
     let Expr::Subquery(q) = right.as_ref() else {
         return None;
     };
-    if !bare_body(q, false) {
-        return None;
-    }
-    let SetExpr::Select(s) = q.body.as_ref() else {
-        return None;
-    };
-    if !plain_select(s) || s.selection.is_some() {
-        return None;
-    }
+    let s = unfiltered(q)?;
     let source = single_table(&s.from, catalog)?;
     let [SelectItem::UnnamedExpr(Expr::Function(f))] = s.projection.as_slice() else {
         return None;
@@ -161,15 +153,7 @@ pub(super) fn derived<'a>(
     catalog: &Catalog,
     nulls: datafusion::sql::planner::NullOrdering,
 ) -> Option<Select<'a>> {
-    if !bare_body(q, false) {
-        return None;
-    }
-    let SetExpr::Select(s) = q.body.as_ref() else {
-        return None;
-    };
-    if !plain_select(s) || s.selection.is_some() {
-        return None;
-    }
+    let s = unfiltered(q)?;
     let [from] = s.from.as_slice() else {
         return None;
     };
@@ -206,4 +190,15 @@ pub(super) fn derived<'a>(
     }
     inner.columns = columns;
     Some(inner)
+}
+
+/// `q`'s SELECT when it is a plain one with no WHERE and no clause after its body.
+fn unfiltered(q: &Query) -> Option<&datafusion::sql::sqlparser::ast::Select> {
+    if !bare_body(q, false) {
+        return None;
+    }
+    let SetExpr::Select(s) = q.body.as_ref() else {
+        return None;
+    };
+    (plain_select(s) && s.selection.is_none()).then_some(s.as_ref())
 }
