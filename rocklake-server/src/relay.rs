@@ -181,7 +181,10 @@ pub(crate) async fn serve(
 ) -> io::Result<()> {
     let (mut inner_read, mut inner_write) = inner.into_split();
     inner_write.write_all(&first).await?;
-    let (mut tcp_read, mut tcp_write) = tokio::io::split(stream);
+    let (tcp_read, mut tcp_write) = tokio::io::split(stream);
+    // Buffered: a message's header and body (and often the next message) in one read, where
+    // reading each exactly cost two system calls per message.
+    let mut tcp_read = tokio::io::BufReader::with_capacity(16 << 10, tcp_read);
     let (ready_tx, mut ready) = watch::channel(Ready::default());
     let mut back = tokio::spawn(async move {
         let mut buf = vec![0u8; 16 << 10];
@@ -311,9 +314,11 @@ pub(crate) async fn serve(
         if let Err(Bad(why)) = check(kind, &body, first_password) {
             break Some(closing("08P01", &why));
         }
-        if inner_write.write_all(&head).await.is_err()
-            || inner_write.write_all(&body).await.is_err()
-        {
+        // One write, so that pgwire wakes once for the whole message.
+        let mut whole = Vec::with_capacity(head.len() + body.len());
+        whole.extend_from_slice(&head);
+        whole.extend_from_slice(&body);
+        if inner_write.write_all(&whole).await.is_err() {
             break None;
         }
         match kind {
