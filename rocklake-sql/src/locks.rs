@@ -9,14 +9,23 @@
 //! second waits. Only one process writes a store (the others are fenced), so the same two
 //! modes, kept in memory, order every writer of the store.
 //!
+//! Keys, too: a primary-key entry a transaction adds is claimed until the transaction ends,
+//! and another transaction adding the same entry waits for it, as PostgreSQL's unique index
+//! makes the second inserter wait for the first's transaction. When the first commits, the
+//! second gets `23505` at its INSERT (not at its COMMIT, after the rest of its work); when it
+//! rolls back, the second goes on. The commit's preconditions stay the guarantee: a claim only
+//! decides who waits, and a transaction claims at most [`MAX_CLAIMED_KEYS`] (a bulk load is
+//! then checked at its commit alone, without holding a claim per row in memory).
+//!
 //! A wait ends when the holder's transaction ends, when the waiting statement is cancelled
 //! or times out (`57014`), or at once with `40P01` when waiting would close a cycle of
-//! transactions waiting on each other.
+//! transactions waiting on each other (through tables or keys alike).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::Notify;
 
 use crate::error::{state, Result, SqlError};
@@ -27,6 +36,9 @@ pub type StopCheck = dyn Fn() -> Result<()> + Send + Sync;
 
 /// How often a waiting statement looks at its cancel flag and deadline.
 const POLL: Duration = Duration::from_millis(20);
+
+/// The most keys one transaction claims; past it, its further keys are checked at commit only.
+pub const MAX_CLAIMED_KEYS: usize = 10_000;
 
 /// The lock table of one database.
 #[derive(Debug, Default)]
@@ -39,6 +51,8 @@ pub struct Locks {
 struct State {
     next_owner: u64,
     tables: HashMap<u64, TableLock>,
+    /// Keys added by open transactions → the owner that added each.
+    keys: HashMap<Bytes, u64>,
     /// Owner → the owners it waits for.
     waiting: HashMap<u64, HashSet<u64>>,
 }
@@ -73,6 +87,7 @@ impl Locks {
             locks: self.clone(),
             owner: st.next_owner,
             tables: HashMap::new(),
+            keys: Vec::new(),
         }
     }
 
@@ -118,6 +133,7 @@ pub struct Held {
     locks: Arc<Locks>,
     owner: u64,
     tables: HashMap<u64, Mode>,
+    keys: Vec<Bytes>,
 }
 
 /// Takes an owner out of the wait graph however its wait ends (granted, refused, or the
@@ -199,13 +215,72 @@ impl Held {
     }
 }
 
+impl Held {
+    /// Claim `key`, a primary-key entry this transaction adds, until the transaction ends;
+    /// while another open transaction holds it, wait for that one to end first. Returns
+    /// whether it waited (the caller then looks again whether the key was committed).
+    /// `name` is for the deadlock message.
+    pub async fn claim_key(
+        &mut self,
+        key: &Bytes,
+        name: &str,
+        stop: Option<&StopCheck>,
+    ) -> Result<bool> {
+        let mut waited = false;
+        let _waiting = Waiting {
+            locks: &self.locks,
+            owner: self.owner,
+        };
+        loop {
+            let changed = self.locks.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut st = self.locks.lock();
+                let holder = st.keys.get(key).copied().filter(|o| *o != self.owner);
+                let Some(holder) = holder else {
+                    st.waiting.remove(&self.owner);
+                    if self.keys.len() < MAX_CLAIMED_KEYS && !st.keys.contains_key(key) {
+                        st.keys.insert(key.clone(), self.owner);
+                        self.keys.push(key.clone());
+                    }
+                    return Ok(waited);
+                };
+                let blockers = HashSet::from([holder]);
+                if st.reaches(&blockers, self.owner) {
+                    st.waiting.remove(&self.owner);
+                    return Err(SqlError::new(state::DEADLOCK_DETECTED, "deadlock detected")
+                        .with_detail(format!(
+                            "This transaction waited for another's insert of the same key \
+                             into \"{name}\", and that transaction waits for this one."
+                        )));
+                }
+                st.waiting.insert(self.owner, blockers);
+            }
+            waited = true;
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep(POLL) => {}
+            }
+            if let Some(stop) = stop {
+                stop()?;
+            }
+        }
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
-        if self.tables.is_empty() {
+        if self.tables.is_empty() && self.keys.is_empty() {
             return;
         }
         {
             let mut st = self.locks.lock();
+            for key in self.keys.drain(..) {
+                if st.keys.get(&key) == Some(&self.owner) {
+                    st.keys.remove(&key);
+                }
+            }
             for (table, mode) in self.tables.drain() {
                 if let Some(t) = st.tables.get_mut(&table) {
                     match mode {
@@ -272,5 +347,41 @@ mod tests {
         assert!(d.holds(1, Mode::Write) && d.holds(3, Mode::Write));
         drop(d);
         assert!(locks.lock().tables.is_empty() && locks.lock().waiting.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_claimed_key_makes_the_next_claimant_wait_and_the_cap_holds() {
+        let locks = Arc::new(Locks::default());
+        let key = Bytes::from_static(b"k");
+        let mut a = locks.owner();
+        assert!(!a.claim_key(&key, "t", None).await.unwrap());
+        // Claiming it again is free for its holder.
+        assert!(!a.claim_key(&key, "t", None).await.unwrap());
+        let mut b = locks.owner();
+        let b_waits = tokio::spawn(async move {
+            let r = b.claim_key(&Bytes::from_static(b"k"), "t", None).await;
+            (b, r)
+        });
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(!b_waits.is_finished());
+        drop(a);
+        let (b, r) = b_waits.await.unwrap();
+        assert!(r.unwrap(), "b waited, so it must look at the store again");
+        assert_eq!(locks.lock().keys.get(&key), Some(&b.owner));
+        drop(b);
+        // Past the cap a transaction's keys are not claimed: nobody waits for them.
+        let mut c = locks.owner();
+        for i in 0..MAX_CLAIMED_KEYS as u64 + 1 {
+            c.claim_key(&Bytes::copy_from_slice(&i.to_be_bytes()), "t", None)
+                .await
+                .unwrap();
+        }
+        assert_eq!(locks.lock().keys.len(), MAX_CLAIMED_KEYS);
+        let mut d = locks.owner();
+        let past = Bytes::copy_from_slice(&(MAX_CLAIMED_KEYS as u64).to_be_bytes());
+        assert!(!d.claim_key(&past, "t", None).await.unwrap());
+        drop(c);
+        drop(d);
+        assert!(locks.lock().keys.is_empty() && locks.lock().waiting.is_empty());
     }
 }

@@ -384,15 +384,30 @@ impl Txn {
         }
     }
 
-    async fn check_pk_free(&self, rel: &RelDef, pk: &[u8], cells: &[Value]) -> Result<()> {
+    async fn check_pk_free(&mut self, rel: &RelDef, pk: &[u8], cells: &[Value]) -> Result<()> {
         // Own writes and the view, then the live store: a key another session committed after
         // this transaction began is taken too (PostgreSQL checks uniqueness against the latest
         // committed state, not the snapshot).
         let taken = match self.writes.get(pk) {
             Some(w) => w.is_some(),
             None => {
-                self.view.get(pk).await?.is_some()
-                    || self.db.keyspace().backend().get(pk).await?.is_some()
+                let store = self.db.keyspace().backend();
+                let mut taken =
+                    self.view.get(pk).await?.is_some() || store.get(pk).await?.is_some();
+                // Free now, but another open transaction may have added it: wait for that one
+                // to end (as PostgreSQL's unique index does), then look again.
+                if !taken {
+                    let key = Bytes::copy_from_slice(pk);
+                    let name = rel.qualified();
+                    if self
+                        .held
+                        .claim_key(&key, &name, self.stop.as_deref())
+                        .await?
+                    {
+                        taken = store.get(pk).await?.is_some();
+                    }
+                }
+                taken
             }
         };
         if taken {

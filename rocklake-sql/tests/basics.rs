@@ -158,6 +158,26 @@ fn err_startup(s: &mut Session, name: &str, value: &str) -> (String, String) {
     (e.code.to_string(), e.message.to_string())
 }
 
+/// Runs `sql` on `s` in a task, checks it is still waiting 200 ms later, then runs `then`
+/// (which must let it finish) and gives back the session and the statement's result.
+async fn pending_until(
+    mut s: Session,
+    sql: &'static str,
+    then: impl std::future::Future<Output = ()>,
+) -> (Session, rocklake_sql::Result<rocklake_sql::Output>) {
+    let task = tokio::spawn(async move {
+        let r = Box::pin(s.run(sql)).await;
+        (s, r)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !task.is_finished(),
+        "{sql} should wait for the other transaction"
+    );
+    then.await;
+    task.await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sessions_committing_the_same_key_exactly_one_wins() {
     for store in stores() {
@@ -172,15 +192,57 @@ async fn two_sessions_committing_the_same_key_exactly_one_wins() {
         q(&mut a, "BEGIN").await;
         q(&mut b, "BEGIN").await;
         q(&mut a, "INSERT INTO s VALUES (7, 'a')").await;
-        q(&mut b, "INSERT INTO s VALUES (7, 'b')").await;
-        q(&mut a, "COMMIT").await;
-        let (code, msg) = err(&mut b, "COMMIT").await;
-        assert_eq!(code, "23505", "{}: {msg}", store.name);
+        // As on PostgreSQL, b's INSERT of the key a added waits for a's transaction, and gets
+        // 23505 at once when a commits (not at its own COMMIT, after the rest of its work).
+        let (b_back, r) = pending_until(b, "INSERT INTO s VALUES (7, 'b')", async {
+            q(&mut a, "COMMIT").await;
+        })
+        .await;
+        b = b_back;
+        let e = r.expect_err("b's INSERT of a committed key");
+        assert_eq!(e.code, "23505", "{}: {}", store.name, e.message);
         assert_eq!(
-            msg,
+            e.message,
             "duplicate key value violates unique constraint \"s_pkey\""
         );
+        q(&mut b, "ROLLBACK").await;
         assert_eq!(q(&mut a, "SELECT note FROM s").await, ["a"]);
+
+        // When a rolls back instead, b's INSERT goes on and b's commit lands.
+        q(&mut a, "BEGIN; INSERT INTO s VALUES (8, 'a')").await;
+        q(&mut b, "BEGIN").await;
+        let (b_back, r) = pending_until(b, "INSERT INTO s VALUES (8, 'b')", async {
+            q(&mut a, "ROLLBACK").await;
+        })
+        .await;
+        b = b_back;
+        r.expect("b's INSERT after a rolled back");
+        q(&mut b, "COMMIT").await;
+        assert_eq!(
+            q(&mut a, "SELECT note FROM s WHERE snapshot_id = 8").await,
+            ["b"]
+        );
+
+        // Two transactions each waiting for the other's key: one gets 40P01, the other goes on.
+        q(&mut a, "BEGIN; INSERT INTO s VALUES (10, 'a')").await;
+        q(&mut b, "BEGIN; INSERT INTO s VALUES (11, 'b')").await;
+        let (a_back, r) = pending_until(a, "INSERT INTO s VALUES (11, 'a')", async {
+            let (code, msg) = err(&mut b, "INSERT INTO s VALUES (10, 'b')").await;
+            assert_eq!(code, "40P01", "{}: {msg}", store.name);
+            q(&mut b, "ROLLBACK").await;
+        })
+        .await;
+        a = a_back;
+        r.expect("a's INSERT once b rolled back");
+        q(&mut a, "COMMIT").await;
+        assert_eq!(
+            q(
+                &mut a,
+                "SELECT snapshot_id, note FROM s WHERE snapshot_id >= 10 ORDER BY 1"
+            )
+            .await,
+            ["10|a", "11|a"]
+        );
         db.close().await.unwrap();
     }
 }
