@@ -5,7 +5,8 @@
 //! It needs a Python with `duckdb==1.5.5` and the extension packages (`ROCKLAKE_E2E_PYTHON`),
 //! an extension folder (`ROCKLAKE_E2E_EXT`) and a PostgreSQL (`ROCKLAKE_TEST_PG`); `.ci/run`
 //! provides all three. Without them the tests say NOT RUN, and fail in CI.
-//! `ROCKLAKE_E2E_CRASH_ROUNDS` sets the SIGKILL rounds per engine (default 5).
+//! `ROCKLAKE_E2E_CRASH_ROUNDS` sets the SIGKILL rounds per engine (default 5);
+//! `ROCKLAKE_E2E_DAY` which engine the 250-client test takes (default: the day).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -144,6 +145,48 @@ fn eight_duckdb_writers_lose_no_commit() {
     let mut args = common_args(&env);
     args.extend(["--seconds".to_string(), "15".to_string()]);
     run(&env, "concurrency.py", &args);
+}
+
+/// #20's many connections: 250 DuckDB clients (10 processes of 25) appending and reading back
+/// through one server at once; every reported commit there, nothing else, every read-back right,
+/// `verify` clean. One engine per run, turning with the day (the figures beside
+/// PostgreSQL come from a run by hand, README "Many connections").
+#[test]
+fn two_hundred_fifty_duckdb_clients_through_one_server() {
+    let Some(env) = env() else { return };
+    let engines = engines();
+    if engines.is_empty() {
+        return;
+    }
+    // `ROCKLAKE_E2E_DAY` picks another engine by hand.
+    let day = std::env::var("ROCKLAKE_E2E_DAY")
+        .ok()
+        .and_then(|d| d.parse::<usize>().ok())
+        .unwrap_or_else(days_since_epoch);
+    let engine = engines[day % engines.len()];
+    let args = vec![
+        "--rocklake-bin".to_string(),
+        env!("CARGO_BIN_EXE_rocklake").to_string(),
+        "--ext-dir".to_string(),
+        env.ext.clone(),
+        "--engine".to_string(),
+        engine.to_string(),
+        "--writers".to_string(),
+        "250".to_string(),
+        "--per-process".to_string(),
+        "25".to_string(),
+        "--seconds".to_string(),
+        "10".to_string(),
+    ];
+    run(&env, "concurrency.py", &args);
+}
+
+/// Days since the Unix epoch: which engine the many-clients test takes today.
+fn days_since_epoch() -> usize {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| (d.as_secs() / 86_400) as usize)
+        .unwrap_or(0)
 }
 
 #[test]
