@@ -205,12 +205,20 @@ fn number_literal(e: &Expr) -> Option<String> {
 /// value bound for a numeric or interval column is cast to that column's type first (interval
 /// text read with PostgreSQL's syntax). Other types are
 /// left to [`SqlType::coerce`], which reads PostgreSQL's text forms (bytea, interval) that a
-/// DataFusion cast would not.
-pub(crate) fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: &[usize]) {
+/// DataFusion cast would not. A string bound for an integer column is read here with
+/// PostgreSQL's integer input rules (its error is PostgreSQL's, `22P02` or `22003`), and a
+/// number bound for a text column becomes its text, so that a VALUES column mixing strings and
+/// numbers is not unified to a number first (`INSERT INTO t (v) VALUES ('x'), (9)` into a
+/// `varchar` column stores `x` and `9`).
+pub(crate) fn cast_values_to_targets(
+    source: &mut Query,
+    rel: &RelDef,
+    targets: &[usize],
+) -> Result<()> {
     use datafusion::sql::sqlparser::ast::Value as SqlValue;
     use datafusion::sql::sqlparser::ast::{CastKind, DataType as D, ExactNumberInfo};
     let SetExpr::Values(values) = source.body.as_mut() else {
-        return;
+        return Ok(());
     };
     for row in &mut values.rows {
         for (j, e) in row.iter_mut().enumerate() {
@@ -218,9 +226,37 @@ pub(crate) fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: 
                 continue;
             };
             let data_type = match col.ty {
-                SqlType::BigInt => D::BigInt(None),
-                SqlType::Integer => D::Int(None),
-                SqlType::SmallInt => D::SmallInt(None),
+                SqlType::BigInt | SqlType::Integer | SqlType::SmallInt => {
+                    if let Expr::Value(v) = e {
+                        if let SqlValue::SingleQuotedString(text) = &v.value {
+                            *e = integer_literal(pg_integer(text, col.ty)?);
+                        }
+                    }
+                    match col.ty {
+                        SqlType::BigInt => D::BigInt(None),
+                        SqlType::Integer => D::Int(None),
+                        _ => D::SmallInt(None),
+                    }
+                }
+                SqlType::Text => {
+                    // An integer's text is its value's (`007` is `7`); other numbers are cast
+                    // by DataFusion.
+                    if let Some(n) = number_literal(e) {
+                        *e = match n.parse::<i128>() {
+                            Ok(i) => {
+                                Expr::Value(SqlValue::SingleQuotedString(i.to_string()).into())
+                            }
+                            Err(_) => Expr::Cast {
+                                kind: CastKind::Cast,
+                                expr: Box::new(e.clone()),
+                                data_type: D::Varchar(None),
+                                array: false,
+                                format: None,
+                            },
+                        };
+                    }
+                    continue;
+                }
                 SqlType::Double | SqlType::Real => {
                     // A number literal goes in as its text, which parses to the nearest float;
                     // through an exact decimal it could land one unit off (3.4e+38).
@@ -276,6 +312,48 @@ pub(crate) fn cast_values_to_targets(source: &mut Query, rel: &RelDef, targets: 
                 format: None,
             };
         }
+    }
+    Ok(())
+}
+
+/// `text` read as PostgreSQL 15 reads an integer of type `ty` (`int2`, `int4`, `int8`):
+/// optional blanks around an optional sign and decimal digits.
+fn pg_integer(text: &str, ty: SqlType) -> Result<i64> {
+    let (name, min, max) = match ty {
+        SqlType::SmallInt => ("smallint", i64::from(i16::MIN), i64::from(i16::MAX)),
+        SqlType::Integer => ("integer", i64::from(i32::MIN), i64::from(i32::MAX)),
+        _ => ("bigint", i64::MIN, i64::MAX),
+    };
+    let t = text.trim_matches(|c: char| c.is_ascii_whitespace());
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(SqlError::new(
+            state::INVALID_TEXT,
+            format!("invalid input syntax for type {name}: \"{text}\""),
+        ));
+    }
+    t.parse::<i64>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| {
+            SqlError::new(
+                state::OUT_OF_RANGE,
+                format!("value \"{text}\" is out of range for type {name}"),
+            )
+        })
+}
+
+/// The literal of `n` as the parser gives it (a negative number is a negated literal).
+fn integer_literal(n: i64) -> Expr {
+    use datafusion::sql::sqlparser::ast::{UnaryOperator, Value as SqlValue};
+    let digits = Expr::Value(SqlValue::Number(n.unsigned_abs().to_string(), false).into());
+    if n < 0 {
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr: Box::new(digits),
+        }
+    } else {
+        digits
     }
 }
 

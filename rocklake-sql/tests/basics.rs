@@ -268,11 +268,30 @@ async fn bad_statements_get_postgresql_errors_and_change_nothing() {
         ("SELECT 1 / 0", "22012"),
         ("SELECT CAST('x' AS BIGINT)", "22P02"),
         ("INSERT INTO t VALUES (1, 'a') RETURNING id", "0A000"),
+        // A VALUES list mixing strings and numbers: each value is read as its column's type.
+        ("INSERT INTO t VALUES (1, 'a'), ('x', 'b')", "22P02"),
+        ("INSERT INTO t VALUES ('1 2', 'a'), (2, 'b')", "22P02"),
+        (
+            "INSERT INTO t VALUES (1, 'a'), ('9223372036854775808', 'b')",
+            "22003",
+        ),
     ] {
         let (got, msg) = err(&mut s, sql).await;
         assert_eq!(got, code, "{sql}: {msg}");
     }
+    let (_, msg) = err(&mut s, "INSERT INTO t VALUES (1, 'a'), ('x', 'b')").await;
+    assert_eq!(msg, "invalid input syntax for type bigint: \"x\"");
     assert_eq!(q(&mut s, "SELECT count(*) FROM t").await, ["0"]);
+    // What PostgreSQL stores for the same lists.
+    q(
+        &mut s,
+        "INSERT INTO t VALUES ('7', 'a'), (8, 9), (' -3 ', 'x'), ('+4', 007), (5, 1.50)",
+    )
+    .await;
+    assert_eq!(
+        q(&mut s, "SELECT id, name FROM t ORDER BY id").await,
+        ["-3|x", "4|7", "5|1.50", "7|a", "8|9"]
+    );
     db.close().await.unwrap();
 }
 

@@ -48,7 +48,7 @@ impl Session {
         let Some(mut source) = ins.source else {
             return Err(SqlError::unsupported("INSERT ... DEFAULT VALUES"));
         };
-        cast_values_to_targets(&mut source, &rel, &targets);
+        cast_values_to_targets(&mut source, &rel, &targets)?;
         let direct = match self.direct {
             DirectMode::Off => None,
             _ => self.direct_values(&source),
