@@ -99,6 +99,18 @@ fn common_args(env: &Env) -> Vec<String> {
     a
 }
 
+/// The binary, the extension folder and one engine.
+fn one_engine_args(env: &Env, engine: &str) -> Vec<String> {
+    vec![
+        "--rocklake-bin".to_string(),
+        env!("CARGO_BIN_EXE_rocklake").to_string(),
+        "--ext-dir".to_string(),
+        env.ext.clone(),
+        "--engine".to_string(),
+        engine.to_string(),
+    ]
+}
+
 #[test]
 fn duckdb_workload_answers_as_on_postgres() {
     let Some(env) = env() else { return };
@@ -163,21 +175,8 @@ fn two_hundred_fifty_duckdb_clients_through_one_server() {
         .ok()
         .and_then(|d| d.parse::<usize>().ok())
         .unwrap_or_else(days_since_epoch);
-    let engine = engines[day % engines.len()];
-    let args = vec![
-        "--rocklake-bin".to_string(),
-        env!("CARGO_BIN_EXE_rocklake").to_string(),
-        "--ext-dir".to_string(),
-        env.ext.clone(),
-        "--engine".to_string(),
-        engine.to_string(),
-        "--writers".to_string(),
-        "250".to_string(),
-        "--per-process".to_string(),
-        "25".to_string(),
-        "--seconds".to_string(),
-        "10".to_string(),
-    ];
+    let mut args = one_engine_args(&env, engines[day % engines.len()]);
+    args.extend(["--writers", "250", "--per-process", "25", "--seconds", "10"].map(String::from));
     run(&env, "concurrency.py", &args);
 }
 
@@ -194,18 +193,9 @@ fn sigkill_during_commits_keeps_exactly_the_reported_commits() {
     let Some(env) = env() else { return };
     let rounds = std::env::var("ROCKLAKE_E2E_CRASH_ROUNDS").unwrap_or_else(|_| "5".into());
     for engine in engines() {
-        let args = vec![
-            "--rocklake-bin".to_string(),
-            env!("CARGO_BIN_EXE_rocklake").to_string(),
-            "--ext-dir".to_string(),
-            env.ext.clone(),
-            "--engine".to_string(),
-            engine.to_string(),
-            "--rounds".to_string(),
-            rounds.clone(),
-            "--seed".to_string(),
-            "20261201".to_string(),
-        ];
+        let mut args = one_engine_args(&env, engine);
+        args.extend(["--rounds".to_string(), rounds.clone()]);
+        args.extend(["--seed", "20261201"].map(String::from));
         run(&env, "crash.py", &args);
     }
 }

@@ -171,47 +171,29 @@ impl Held {
         if self.holds(table, mode) {
             return Ok(());
         }
-        let _waiting = Waiting {
-            locks: &self.locks,
-            owner: self.owner,
+        let (owner, tables) = (self.owner, &mut self.tables);
+        let detail = || {
+            format!(
+                "This transaction waited for a lock on relation \"{name}\" held by a \
+                 transaction that waits for this one."
+            )
         };
-        loop {
-            let changed = self.locks.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            {
-                let mut st = self.locks.lock();
-                let blockers = st.blockers(table, self.owner, mode);
-                if blockers.is_empty() {
-                    st.waiting.remove(&self.owner);
-                    let t = st.tables.entry(table).or_default();
-                    match mode {
-                        Mode::Write => {
-                            t.writers.insert(self.owner);
-                        }
-                        Mode::Exclusive => t.exclusive = Some(self.owner),
-                    }
-                    self.tables.insert(table, mode);
-                    return Ok(());
+        wait_for(&self.locks, owner, detail, stop, |st| {
+            let blockers = st.blockers(table, owner, mode);
+            if !blockers.is_empty() {
+                return Look::Blocked(blockers);
+            }
+            let t = st.tables.entry(table).or_default();
+            match mode {
+                Mode::Write => {
+                    t.writers.insert(owner);
                 }
-                if st.reaches(&blockers, self.owner) {
-                    st.waiting.remove(&self.owner);
-                    return Err(SqlError::new(state::DEADLOCK_DETECTED, "deadlock detected")
-                        .with_detail(format!(
-                            "This transaction waited for a lock on relation \"{name}\" held \
-                             by a transaction that waits for this one."
-                        )));
-                }
-                st.waiting.insert(self.owner, blockers);
+                Mode::Exclusive => t.exclusive = Some(owner),
             }
-            tokio::select! {
-                _ = changed => {}
-                _ = tokio::time::sleep(POLL) => {}
-            }
-            if let Some(stop) = stop {
-                stop()?;
-            }
-        }
+            tables.insert(table, mode);
+            Look::Done(())
+        })
+        .await
     }
 }
 
@@ -226,45 +208,78 @@ impl Held {
         name: &str,
         stop: Option<&StopCheck>,
     ) -> Result<bool> {
-        let mut waited = false;
-        let _waiting = Waiting {
-            locks: &self.locks,
-            owner: self.owner,
+        let (owner, keys) = (self.owner, &mut self.keys);
+        let detail = || {
+            format!(
+                "This transaction waited for another's insert of the same key into \"{name}\", \
+                 and that transaction waits for this one."
+            )
         };
-        loop {
-            let changed = self.locks.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            {
-                let mut st = self.locks.lock();
-                let holder = st.keys.get(key).copied().filter(|o| *o != self.owner);
-                let Some(holder) = holder else {
-                    st.waiting.remove(&self.owner);
-                    if self.keys.len() < MAX_CLAIMED_KEYS && !st.keys.contains_key(key) {
-                        st.keys.insert(key.clone(), self.owner);
-                        self.keys.push(key.clone());
+        let mut looks = 0;
+        wait_for(&self.locks, owner, detail, stop, |st| {
+            looks += 1;
+            match st.keys.get(key) {
+                Some(holder) if *holder != owner => Look::Blocked(HashSet::from([*holder])),
+                Some(_) => Look::Done(()),
+                None => {
+                    if keys.len() < MAX_CLAIMED_KEYS {
+                        st.keys.insert(key.clone(), owner);
+                        keys.push(key.clone());
                     }
-                    return Ok(waited);
-                };
-                let blockers = HashSet::from([holder]);
-                if st.reaches(&blockers, self.owner) {
-                    st.waiting.remove(&self.owner);
-                    return Err(SqlError::new(state::DEADLOCK_DETECTED, "deadlock detected")
-                        .with_detail(format!(
-                            "This transaction waited for another's insert of the same key \
-                             into \"{name}\", and that transaction waits for this one."
-                        )));
+                    Look::Done(())
                 }
-                st.waiting.insert(self.owner, blockers);
             }
-            waited = true;
-            tokio::select! {
-                _ = changed => {}
-                _ = tokio::time::sleep(POLL) => {}
+        })
+        .await?;
+        Ok(looks > 1)
+    }
+}
+
+/// What one look at the lock table found.
+enum Look<T> {
+    Done(T),
+    /// Kept from going on by these owners.
+    Blocked(HashSet<u64>),
+}
+
+/// Look at the lock table until `look` is done, waiting between looks for any change (or
+/// [`POLL`], to ask `stop`); refused with `40P01` and `detail()` when the owners `owner` would
+/// wait for, following who waits for whom, wait for `owner`.
+async fn wait_for<T>(
+    locks: &Locks,
+    owner: u64,
+    detail: impl Fn() -> String,
+    stop: Option<&StopCheck>,
+    mut look: impl FnMut(&mut State) -> Look<T>,
+) -> Result<T> {
+    let _waiting = Waiting { locks, owner };
+    loop {
+        let changed = locks.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        {
+            let mut st = locks.lock();
+            match look(&mut st) {
+                Look::Done(t) => {
+                    st.waiting.remove(&owner);
+                    return Ok(t);
+                }
+                Look::Blocked(blockers) => {
+                    if st.reaches(&blockers, owner) {
+                        st.waiting.remove(&owner);
+                        return Err(SqlError::new(state::DEADLOCK_DETECTED, "deadlock detected")
+                            .with_detail(detail()));
+                    }
+                    st.waiting.insert(owner, blockers);
+                }
             }
-            if let Some(stop) = stop {
-                stop()?;
-            }
+        }
+        tokio::select! {
+            _ = changed => {}
+            _ = tokio::time::sleep(POLL) => {}
+        }
+        if let Some(stop) = stop {
+            stop()?;
         }
     }
 }
