@@ -535,6 +535,7 @@ pub(crate) async fn matching(
     txn: &Txn,
     target: &Target,
     selection: Option<&Expr>,
+    columns: Option<Vec<bool>>,
     phases: &PhaseTimes,
 ) -> Result<Option<(Matched, usize)>> {
     let planning = Instant::now();
@@ -547,6 +548,21 @@ pub(crate) async fn matching(
             None => return Ok(None),
         },
     };
+    // The columns a scan reads: the caller's and the WHERE's (the others are placeholders in
+    // the batch, see `rows_batch`). A primary-key lookup reads whole rows.
+    let mut columns = match (columns, &predicate) {
+        (Some(mut wanted), Some(p)) => {
+            for c in p.column_refs() {
+                match df_schema.index_of_column(c) {
+                    Ok(i) if i < wanted.len() => wanted[i] = true,
+                    // A name the schema does not place: read everything.
+                    _ => wanted.iter_mut().for_each(|w| *w = true),
+                }
+            }
+            Some(wanted)
+        }
+        (columns, _) => columns,
+    };
     phases.since(Phase::Plan, planning);
     let reading = Instant::now();
     let filters = predicate
@@ -556,14 +572,25 @@ pub(crate) async fn matching(
     let mut rows = match primary_keys(&target.rel, &filters)? {
         // Every primary-key column is named by `=` or `IN`: the primary-key index finds the
         // rows, whatever the table's storage key leads with.
-        Some(keys) => by_primary_key(txn, &target.rel, keys).await?,
+        Some(keys) => {
+            columns = None;
+            by_primary_key(txn, &target.rel, keys).await?
+        }
         None => {
             let ranges = target.rel.ranges_for(&filters);
-            txn.rows_in_heap_order(&target.rel, &ranges, false).await?
+            txn.columns_in_heap_order(&target.rel, &ranges, false, columns.as_deref())
+                .await?
         }
     };
     let read = rows.len();
-    let mut batch = crate::provider::rows_batch(&target.rel, &schema, &rows, false, false)?;
+    let mut batch = crate::provider::rows_batch(
+        &target.rel,
+        &schema,
+        &rows,
+        false,
+        false,
+        columns.as_deref(),
+    )?;
     phases.since(Phase::Storage, reading);
     if let Some(p) = predicate {
         let physical = state.create_physical_expr(p, &df_schema)?;
@@ -607,7 +634,20 @@ pub(crate) async fn select(
         }
         None => plan.selection,
     };
-    let Some((m, read)) = matching(state, txn, &plan.target, selection, phases).await? else {
+    // Read only the columns the answer and its order need (and the WHERE's, added there).
+    let mut wanted = vec![false; plan.target.rel.columns.len()];
+    for &c in plan
+        .columns
+        .iter()
+        .chain(plan.order.iter().map(|(c, _, _)| c))
+    {
+        if let Some(w) = wanted.get_mut(c) {
+            *w = true;
+        }
+    }
+    let Some((m, read)) =
+        matching(state, txn, &plan.target, selection, Some(wanted), phases).await?
+    else {
         return Ok(None);
     };
     let read = read + before;

@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{
-    ArrayRef, BinaryBuilder, RecordBatch, RecordBatchOptions, StringBuilder,
+    new_null_array, ArrayRef, BinaryBuilder, RecordBatch, RecordBatchOptions, StringBuilder,
 };
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
 use datafusion::error::Result as DfResult;
@@ -194,6 +195,17 @@ impl TableProvider for RockTable {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let started = std::time::Instant::now();
         let ranges = self.rel.ranges_for(filters);
+        // Only the projected columns are read (DataFusion's projection here includes every
+        // column the plan above uses, its filters' too).
+        let read: Option<Vec<bool>> = projection.map(|p| {
+            let mut read = vec![false; self.rel.columns.len()];
+            for &i in p {
+                if let Some(r) = read.get_mut(i) {
+                    *r = true;
+                }
+            }
+            read
+        });
         let rows = {
             let guard = self.shared.txn.lock().await;
             let txn = guard.as_ref().ok_or_else(|| {
@@ -204,15 +216,22 @@ impl TableProvider for RockTable {
             // Rows come back in the order PostgreSQL's heap would give them: by tuple number,
             // which is the order row versions were written (a scan without ORDER BY reads
             // the same sequence from both).
-            txn.rows_in_heap_order(&self.rel, &ranges, self.ctid)
+            txn.columns_in_heap_order(&self.rel, &ranges, self.ctid, read.as_deref())
                 .await
                 .map_err(to_df)?
         };
         self.shared
             .pairs_read
             .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        let batch =
-            rows_batch(&self.rel, &self.schema, &rows, self.ctid, self.key).map_err(to_df)?;
+        let batch = rows_batch(
+            &self.rel,
+            &self.schema,
+            &rows,
+            self.ctid,
+            self.key,
+            read.as_deref(),
+        )
+        .map_err(to_df)?;
         self.shared.phases.since(Phase::Storage, started);
         let exec = MemorySourceConfig::try_new_exec(
             &[vec![batch]],
@@ -225,15 +244,31 @@ impl TableProvider for RockTable {
 
 /// Stored rows of `rel` as one batch of `schema` (the table's columns, then `ctid` and the
 /// storage key when asked for).
+///
+/// With `read`, the columns it does not mark were not read (their cells are `Null`): they
+/// become placeholders that no caller looks at (NULLs, or the type's default value where the
+/// column cannot be NULL, so that `schema` holds as it is).
 pub fn rows_batch(
     rel: &RelDef,
     schema: &SchemaRef,
     rows: &[crate::relation::StoredRow],
     ctid: bool,
     key: bool,
+    read: Option<&[bool]>,
 ) -> crate::error::Result<RecordBatch> {
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for (i, c) in rel.columns.iter().enumerate() {
+        if read.is_some_and(|r| !r.get(i).copied().unwrap_or(true)) {
+            let field = schema.field(i);
+            columns.push(if field.is_nullable() {
+                new_null_array(field.data_type(), rows.len())
+            } else {
+                ScalarValue::new_default(field.data_type())
+                    .and_then(|v| v.to_array_of_size(rows.len()))
+                    .map_err(SqlError::from)?
+            });
+            continue;
+        }
         let cells: Vec<&Value> = rows.iter().map(|r| &r.cells[i]).collect();
         let what = || format!("{}.{}", rel.qualified(), c.name);
         columns.push(c.ty.to_array(&cells, &what)?);

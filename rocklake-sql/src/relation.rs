@@ -547,7 +547,39 @@ impl RelDef {
     /// Decode a stored pair into SQL cells; `None` when the pair belongs to another relation
     /// sharing the key range (another schema version of an inlined table).
     pub fn decode(&self, key: &[u8], value: &[u8]) -> Result<Option<(Vec<Value>, Option<u64>)>> {
-        let row = Row::decode(key, value).map_err(SqlError::from)?;
+        self.decode_cells(key, value, None)
+    }
+
+    /// Which stored cells hold the SQL columns `columns` marks; `None` when this layout nests
+    /// its cells in one (then a row is decoded whole).
+    pub fn stored_cells(&self, columns: &[bool]) -> Option<Vec<bool>> {
+        let Layout::Tagged { slots, cells, .. } = &self.layout else {
+            return None;
+        };
+        let mut wanted = vec![false; *cells];
+        for (slot, &needed) in slots.iter().zip(columns) {
+            if let (Slot::Cell(i), true) = (slot, needed) {
+                if let Some(w) = wanted.get_mut(*i) {
+                    *w = true;
+                }
+            }
+        }
+        Some(wanted)
+    }
+
+    /// [`RelDef::decode`] reading only the stored cells `cells` marks (from
+    /// [`RelDef::stored_cells`]); the SQL columns of the others are `Null`.
+    pub fn decode_cells(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        cells: Option<&[bool]>,
+    ) -> Result<Option<(Vec<Value>, Option<u64>)>> {
+        let row = match cells {
+            None => Row::decode(key, value),
+            Some(w) => Row::decode_cells(key, value, &|i| w.get(i).copied().unwrap_or(false)),
+        }
+        .map_err(SqlError::from)?;
         let nested = |v: Option<&Value>| -> Result<(Vec<Value>, Option<u64>)> {
             match v {
                 Some(Value::Bytes(b)) => {

@@ -7,7 +7,7 @@
 //! that raced another lands whole or not at all, and says which (23505 for a duplicate key,
 //! 40001 for a concurrent update).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -38,6 +38,9 @@ impl Database {
         Ok(txn)
     }
 }
+
+/// Called with each stored pair (key, value) of a visit; an error stops it.
+type PairVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + Send + 'a;
 
 /// An open transaction.
 pub struct Txn {
@@ -199,7 +202,7 @@ impl Txn {
         ranges: &[KeyRange],
         tuples: bool,
     ) -> Result<Vec<StoredRow>> {
-        self.rows_with(rel, ranges, tuples, tuples).await
+        self.rows_with(rel, ranges, tuples, tuples, None).await
     }
 
     /// The rows of `ranges` in the order PostgreSQL's heap would return them: by tuple number
@@ -211,7 +214,22 @@ impl Txn {
         ranges: &[KeyRange],
         ctid: bool,
     ) -> Result<Vec<StoredRow>> {
-        let mut rows = self.rows_with(rel, ranges, true, ctid).await?;
+        self.columns_in_heap_order(rel, ranges, ctid, None).await
+    }
+
+    /// [`Txn::rows_in_heap_order`] with only the SQL columns `columns` marks read (the others
+    /// `Null`, see [`RelDef::stored_cells`]); `None` reads every column.
+    pub async fn columns_in_heap_order(
+        &self,
+        rel: &RelDef,
+        ranges: &[KeyRange],
+        ctid: bool,
+        columns: Option<&[bool]>,
+    ) -> Result<Vec<StoredRow>> {
+        let cells = columns.and_then(|c| rel.stored_cells(c));
+        let mut rows = self
+            .rows_with(rel, ranges, true, ctid, cells.as_deref())
+            .await?;
         rows.sort_by_key(|r| r.tuple.unwrap_or(u64::MAX));
         Ok(rows)
     }
@@ -222,39 +240,13 @@ impl Txn {
         ranges: &[KeyRange],
         tuples: bool,
         strict: bool,
+        cells: Option<&[bool]>,
     ) -> Result<Vec<StoredRow>> {
-        let mut out = Vec::new();
+        let mut out: Vec<StoredRow> = Vec::new();
         for r in ranges {
-            let mut indexed: HashMap<Bytes, u64> = HashMap::new();
-            if tuples && rel.tuples_indexed() {
-                let prefix = rel.tuple_index_prefix();
-                let plen = prefix.len();
-                for (k, v) in self.scan(&prefixed(&prefix, r)).await? {
-                    let n = <[u8; 8]>::try_from(v.as_ref()).map_err(|_| {
-                        SqlError::new(
-                            state::DATA_CORRUPTED,
-                            format!(
-                                "the tuple number under {} is not 8 bytes",
-                                rocklake_core::keys::hex(&k)
-                            ),
-                        )
-                    })?;
-                    indexed.insert(k.slice(plen..), u64::from_be_bytes(n));
-                }
-            }
-            let mut each = |k: &[u8], v: &[u8]| -> Result<()> {
-                if let Some((cells, tuple)) = rel.decode(k, v)? {
-                    let tuple = tuple.or_else(|| indexed.get(k).copied());
-                    if strict && tuple.is_none() {
-                        return Err(SqlError::new(
-                            state::DATA_CORRUPTED,
-                            format!(
-                                "the row {} of {} has no tuple number",
-                                rocklake_core::keys::render(k),
-                                rel.qualified()
-                            ),
-                        ));
-                    }
+            let first = out.len();
+            self.visit(r, &mut |k, v| {
+                if let Some((cells, tuple)) = rel.decode_cells(k, v, cells)? {
                     out.push(StoredRow {
                         key: Bytes::copy_from_slice(k),
                         cells,
@@ -262,35 +254,78 @@ impl Txn {
                     });
                 }
                 Ok(())
-            };
-            let (lo, hi) = r.as_slices();
-            if self.writes.range::<[u8], _>((lo, hi)).next().is_some() {
-                for (k, v) in self.scan(r).await? {
-                    each(&k, &v)?;
-                }
-            } else {
-                // Nothing of this transaction's own in the range: decode each pair where the
-                // view lends it, without copying it first.
-                let mut failed = None;
-                visit_all(
-                    self.view.as_ref(),
-                    r.clone(),
-                    512,
-                    &mut |k, v| match each(k, v) {
-                        Ok(()) => true,
-                        Err(e) => {
-                            failed = Some(e);
-                            false
-                        }
-                    },
-                )
+            })
+            .await?;
+            let read = &mut out[first..];
+            if tuples && rel.tuples_indexed() && !read.is_empty() {
+                // The tuple index holds `prefix | row key`, so its entries come in the rows'
+                // key order: one merge gives each row its number, with nothing copied.
+                let prefix = rel.tuple_index_prefix();
+                let mut next = 0;
+                self.visit(&prefixed(&prefix, r), &mut |k, v| {
+                    let row_key = &k[prefix.len()..];
+                    while next < read.len() && read[next].key.as_ref() < row_key {
+                        next += 1;
+                    }
+                    if next < read.len() && read[next].key.as_ref() == row_key {
+                        let n = <[u8; 8]>::try_from(v).map_err(|_| {
+                            SqlError::new(
+                                state::DATA_CORRUPTED,
+                                format!(
+                                    "the tuple number under {} is not 8 bytes",
+                                    rocklake_core::keys::hex(k)
+                                ),
+                            )
+                        })?;
+                        read[next].tuple = read[next].tuple.or(Some(u64::from_be_bytes(n)));
+                        next += 1;
+                    }
+                    Ok(())
+                })
                 .await?;
-                if let Some(e) = failed {
-                    return Err(e);
+            }
+            if strict {
+                if let Some(r) = read.iter().find(|r| r.tuple.is_none()) {
+                    return Err(SqlError::new(
+                        state::DATA_CORRUPTED,
+                        format!(
+                            "the row {} of {} has no tuple number",
+                            rocklake_core::keys::render(&r.key),
+                            rel.qualified()
+                        ),
+                    ));
                 }
             }
         }
         Ok(out)
+    }
+
+    /// Offer each pair of `range`, ascending, own writes applied, to `each`; the first error
+    /// stops the visit and is returned. Without own writes in the range the view lends each
+    /// pair in place, uncopied.
+    async fn visit(&self, range: &KeyRange, each: &mut PairVisitor<'_>) -> Result<()> {
+        let (lo, hi) = range.as_slices();
+        if self.writes.range::<[u8], _>((lo, hi)).next().is_some() {
+            for (k, v) in self.scan(range).await? {
+                each(&k, &v)?;
+            }
+            return Ok(());
+        }
+        let mut failed = None;
+        visit_all(
+            self.view.as_ref(),
+            range.clone(),
+            512,
+            &mut |k, v| match each(k, v) {
+                Ok(()) => true,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            },
+        )
+        .await?;
+        failed.map_or(Ok(()), Err)
     }
 
     fn writable(&self) -> Result<()> {

@@ -121,7 +121,8 @@ impl Latest {
                 }
             }
         }
-        let Some((all, read)) = super::matching(state, txn, &self.source, None, phases).await?
+        let Some((all, read)) =
+            super::matching(state, txn, &self.source, None, None, phases).await?
         else {
             return Ok(None);
         };

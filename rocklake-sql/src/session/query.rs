@@ -131,6 +131,7 @@ impl Session {
             txn,
             target,
             selection,
+            None,
             &self.shared.phases,
         )
         .await
