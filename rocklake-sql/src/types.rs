@@ -38,6 +38,9 @@ use rocklake_core::values::Value;
 use crate::error::{state, Result, SqlError};
 use crate::temporal::{Interval, TimeTz};
 
+mod output;
+pub use output::{pg_text, str_value};
+
 /// An Arrow interval as PostgreSQL's three fields (nanoseconds truncated to microseconds).
 pub fn interval_of(v: IntervalMonthDayNano) -> Interval {
     Interval {
@@ -931,123 +934,6 @@ pub fn canonical_uuid(s: &str) -> Result<String> {
         &h[16..20],
         &h[20..32]
     ))
-}
-
-/// PostgreSQL's text form of one value of an Arrow array (`None` for NULL): integers and
-/// decimals as written, booleans `t`/`f`, floats in PostgreSQL's shortest form (`1e+20`,
-/// `NaN`, `Infinity`), `bytea` as `\x` and hex, timestamps `2026-11-29 23:21:17.336452+00`
-/// (the session's time zone is UTC), dates and times in ISO form. What a client reading text
-/// results sees, so that results can be held to PostgreSQL's.
-pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
-    use datafusion::arrow::datatypes::{
-        Float32Type, Float64Type, IntervalMonthDayNanoType, TimestampMicrosecondType,
-        TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
-    };
-    if array.is_null(row) || array.data_type() == &DataType::Null {
-        return None;
-    }
-    let ts = |micros: i64, tz: bool| -> String {
-        // PostgreSQL's infinities (kept as the extreme values, as its binary form has them).
-        match micros {
-            i64::MAX => return "infinity".into(),
-            i64::MIN => return "-infinity".into(),
-            _ => {}
-        }
-        let secs = micros.div_euclid(1_000_000);
-        let frac = micros.rem_euclid(1_000_000);
-        let dt = chrono::DateTime::from_timestamp(secs, 0)
-            .map(|d| d.naive_utc())
-            .unwrap_or_default();
-        let mut s = dt.format("%Y-%m-%d %H:%M:%S").to_string();
-        if frac != 0 {
-            let f = format!("{frac:06}");
-            s.push('.');
-            s.push_str(f.trim_end_matches('0'));
-        }
-        if tz {
-            s.push_str("+00");
-        }
-        s
-    };
-    Some(match array.data_type() {
-        DataType::Boolean => if array.as_boolean().value(row) {
-            "t"
-        } else {
-            "f"
-        }
-        .to_string(),
-        DataType::Interval(IntervalUnit::MonthDayNano) => {
-            interval_of(array.as_primitive::<IntervalMonthDayNanoType>().value(row)).to_pg_text()
-        }
-        DataType::List(_) => {
-            let items = array.as_list::<i32>().value(row);
-            let parts: Vec<Option<String>> = (0..items.len())
-                .map(|i| pg_text(items.as_ref(), i))
-                .collect();
-            array_literal(&parts)
-        }
-        DataType::Float64 => pg_float(array.as_primitive::<Float64Type>().value(row)),
-        DataType::Float32 => pg_real(array.as_primitive::<Float32Type>().value(row)),
-        DataType::Binary => {
-            let b = array.as_binary::<i32>().value(row);
-            let mut s = String::with_capacity(2 + 2 * b.len());
-            s.push_str("\\x");
-            for x in b {
-                s.push_str(&format!("{x:02x}"));
-            }
-            s
-        }
-        DataType::Timestamp(unit, tz) => {
-            let micros = match unit {
-                TimeUnit::Second => {
-                    array.as_primitive::<TimestampSecondType>().value(row) * 1_000_000
-                }
-                TimeUnit::Millisecond => {
-                    array.as_primitive::<TimestampMillisecondType>().value(row) * 1_000
-                }
-                TimeUnit::Microsecond => {
-                    array.as_primitive::<TimestampMicrosecondType>().value(row)
-                }
-                TimeUnit::Nanosecond => array
-                    .as_primitive::<TimestampNanosecondType>()
-                    .value(row)
-                    .div_euclid(1_000),
-            };
-            ts(micros, tz.is_some())
-        }
-        _ => {
-            let opts = datafusion::arrow::util::display::FormatOptions::default();
-            match datafusion::arrow::util::display::ArrayFormatter::try_new(array, &opts) {
-                Ok(f) => f.value(row).to_string(),
-                Err(e) => format!("<{e}>"),
-            }
-        }
-    })
-}
-
-/// A float as PostgreSQL 15 prints it: the shortest text that reads back exactly, in
-/// exponent form below 1e-4 and from 1e15 (`1e+20`, `1.5e-07`).
-fn pg_float(v: f64) -> String {
-    pg_float_from(v, format!("{v:e}"), v.to_string())
-}
-
-/// As [`pg_float`], for a `real`: its own shortest digits, not those of the wider double.
-fn pg_real(v: f32) -> String {
-    pg_float_from(f64::from(v), format!("{v:e}"), v.to_string())
-}
-
-fn pg_float_from(v: f64, e: String, plain: String) -> String {
-    if v.is_nan() || v.is_infinite() || v == 0.0 {
-        return float_text(v);
-    }
-    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if !(-4..15).contains(&exp) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exp.abs())
-    } else {
-        plain
-    }
 }
 
 #[cfg(test)]
