@@ -41,7 +41,8 @@ use rocklake_sql::{CopyFormat, Database, IdleLimits, Output, Session, SqlError};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::wire::{
-    binary_value, decode_copy_binary, decode_copy_csv, decode_copy_text, text_value, COPY_SIGNATURE,
+    binary_value, decode_copy_binary, decode_copy_csv, decode_copy_text, text_field, text_value,
+    COPY_SIGNATURE,
 };
 
 /// A `COPY ... FROM STDIN` in progress: its columns, its format, and the bytes received so
@@ -217,13 +218,7 @@ impl Conn {
                     for row in 0..b.num_rows() {
                         let mut data = BytesMut::new();
                         for col in b.columns() {
-                            match text_value(col.as_ref(), row) {
-                                None => data.put_i32(-1),
-                                Some(v) => {
-                                    data.put_i32(v.len() as i32);
-                                    data.extend_from_slice(v.as_bytes());
-                                }
-                            }
+                            text_field(&mut data, col.as_ref(), row);
                         }
                         client
                             .feed(PgWireBackendMessage::DataRow(DataRow::new(
@@ -430,6 +425,7 @@ impl SimpleQueryHandler for Conn {
                 phases = %session.phases().since(&phases).render(1),
                 "query phases"
             );
+            let sending = std::time::Instant::now();
             for r in results {
                 match r {
                     Ok(out) => {
@@ -453,6 +449,12 @@ impl SimpleQueryHandler for Conn {
                     }
                 }
             }
+            // Encoding the results into messages, apart from the statement's own time above.
+            tracing::debug!(
+                peer = %self.peer,
+                micros = sending.elapsed().as_micros() as u64,
+                "query sent"
+            );
             tracing::trace!(peer = %self.peer, elapsed_us = started.elapsed().as_micros() as u64, "query");
         }
         self.publish(&session);
@@ -879,13 +881,7 @@ impl ExtendedQueryHandler for Conn {
                                 binary_value(&mut data, col.as_ref(), row, types[i])
                                     .map_err(|e| user_error(&e))?;
                             } else {
-                                match text_value(col.as_ref(), row) {
-                                    None => data.put_i32(-1),
-                                    Some(v) => {
-                                        data.put_i32(v.len() as i32);
-                                        data.extend_from_slice(v.as_bytes());
-                                    }
-                                }
+                                text_field(&mut data, col.as_ref(), row);
                             }
                         }
                         rows.push(Ok(DataRow::new(data, b.num_columns() as i16)));

@@ -22,7 +22,7 @@ use rocklake_sql::datafusion::arrow::datatypes::{
 use rocklake_sql::datafusion::sql::sqlparser::ast::Expr;
 use rocklake_sql::pg_types::PgType;
 use rocklake_sql::temporal::TimeTz;
-use rocklake_sql::types::{interval_of, pg_text, Elem, SqlType};
+use rocklake_sql::types::{interval_of, pg_text, str_value, Elem, SqlType};
 use rocklake_sql::SqlError;
 
 /// µs from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
@@ -45,6 +45,21 @@ pub fn text_value(array: &dyn Array, row: usize) -> Option<String> {
     pg_text(array, row)
 }
 
+/// Append row `row` of `array` in PostgreSQL's text form (length word, then bytes; -1 for
+/// NULL), as a DataRow carries it: strings straight from the array, without a copy.
+pub fn text_field(out: &mut BytesMut, array: &dyn Array, row: usize) {
+    if is_null(array, row) {
+        out.put_i32(-1);
+    } else if let Some(s) = str_value(array, row) {
+        out.put_i32(s.len() as i32);
+        out.extend_from_slice(s.as_bytes());
+    } else {
+        let v = pg_text(array, row).unwrap_or_default();
+        out.put_i32(v.len() as i32);
+        out.extend_from_slice(v.as_bytes());
+    }
+}
+
 /// Whether a value is NULL (a `NullArray`, the type of a bare `NULL`, has no null buffer).
 fn is_null(array: &dyn Array, row: usize) -> bool {
     array.data_type() == &DataType::Null || array.is_null(row)
@@ -62,10 +77,12 @@ pub fn binary_value(
         out.put_i32(-1);
         return Ok(());
     }
-    let mut buf = BytesMut::new();
-    encode(&mut buf, array, row, ty)?;
-    out.put_i32(buf.len() as i32);
-    out.extend_from_slice(&buf);
+    // The length word first, filled in once the value is written (no buffer of its own).
+    let at = out.len();
+    out.put_i32(0);
+    encode(out, array, row, ty)?;
+    let len = (out.len() - at - 4) as i32;
+    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
     Ok(())
 }
 
@@ -123,10 +140,10 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
             }
             _ => return Err(cannot()),
         },
-        "text" | "varchar" | "name" | "bpchar" | "char" | "json" => {
-            let s = pg_text(array, row).unwrap_or_default();
-            buf.extend_from_slice(s.as_bytes());
-        }
+        "text" | "varchar" | "name" | "bpchar" | "char" | "json" => match str_value(array, row) {
+            Some(s) => buf.extend_from_slice(s.as_bytes()),
+            None => buf.extend_from_slice(pg_text(array, row).unwrap_or_default().as_bytes()),
+        },
         "bytea" => match array.data_type() {
             DataType::Binary => buf.extend_from_slice(array.as_binary::<i32>().value(row)),
             _ => return Err(cannot()),
