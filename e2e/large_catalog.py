@@ -2,7 +2,7 @@
 
 usage: python large_catalog.py --rocklake-bin PATH [--engine slatedb ...] [--pg-dsn DSN]
                                [--tables 1000] [--files-per-table 100] [--columns 20]
-                               [--rounds 10] [--ext-dir DIR] [--out FILE.md]
+                               [--rounds 10] [--ext-dir DIR] [--out FILE.md] [--server-time]
 
 Each target (PostgreSQL 15, `rocklake serve` on each engine) gets two catalogs: a small one (one
 wide table of `--files-per-table` data files) and a large one (`--tables` such tables: by
@@ -26,6 +26,11 @@ Then, on each catalog, with DuckDB 1.5.5 (one thread), median of `--rounds`:
 - `ducklake_table_info()` (every table's files and sizes);
 - `ducklake_expire_snapshots` + `ducklake_cleanup_old_files` (one expired snapshot each round).
 
+With `--server-time` the servers also write their per-statement log (as `server_time.py`
+reads it), and after each RockLake catalog's operations the script prints where the server's
+time went: statements per operation and the shapes that cost most, with their phase split.
+The log costs time of its own, so figures for the table come from runs without it.
+
 The table gives each operation's median on the small and the large catalog, their ratio (1.0
 is flat), and the large catalog's ratio to PostgreSQL's. Build times are printed too.
 """
@@ -40,7 +45,8 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from bench import timed  # noqa: E402  (median of N timed rounds after one warm-up)
+import server_time  # noqa: E402
+from bench import timed as bench_timed  # noqa: E402  (median of N timed rounds after one warm-up)
 
 # Rows per generated INSERT ... SELECT: one statement and one commit each.
 CHUNK = 100_000
@@ -135,25 +141,33 @@ def build(catalog_dsn, attach, ext_dir, tables, files, columns):
     return ddl, generated
 
 
-def measure(attach, ext_dir, rounds):
+def measure(attach, ext_dir, rounds, windows=None):
+    """Each operation's median ms; `windows`, if given, gets each operation's time window (its
+    warm-up and `rounds` timed runs) for the server's own log."""
     r = {}
+
+    def timed(name, fn, n):
+        start = server_time.now()
+        r[name] = bench_timed(fn, n)
+        if windows is not None:
+            windows[name] = (start, server_time.now())
 
     def reattach(_):
         c = common.duck(ext_dir, threads=1)
         c.execute(attach)
         c.execute("SELECT count(*) FROM lake.main.small").fetchall()
         c.close()
-    r["ATTACH + count(*) of a small table, new connection"] = timed(reattach, rounds)
+    timed("ATTACH + count(*) of a small table, new connection", reattach, rounds)
     con = common.duck(ext_dir, threads=1)
     con.execute(attach)
     # The snapshot that holds `small` with its first row: the time-travel target.
     version = con.execute("SELECT max(snapshot_id) FROM lake.snapshots()").fetchone()[0]
-    r["INSERT 1 row into the small table"] = timed(
+    timed("INSERT 1 row into the small table",
         lambda i: con.execute(f"INSERT INTO lake.main.small VALUES ({i + 10}, 'x')"), rounds)
-    r["time travel count(*) of the small table"] = timed(
+    timed("time travel count(*) of the small table",
         lambda i: con.execute(f"SELECT count(*) FROM lake.main.small AT (VERSION => {version})")
         .fetchall(), rounds)
-    r["ducklake_table_info()"] = timed(
+    timed("ducklake_table_info()",
         lambda i: con.execute("SELECT count(*), sum(file_count) FROM ducklake_table_info('lake')")
         .fetchall(), rounds)
 
@@ -166,7 +180,7 @@ def measure(attach, ext_dir, rounds):
                     ).fetchall()
         con.execute("SELECT * FROM ducklake_cleanup_old_files('lake', cleanup_all => true)"
                     ).fetchall()
-    r["expire one snapshot + cleanup (incl. one INSERT)"] = timed(expire, rounds)
+    timed("expire one snapshot + cleanup (incl. one INSERT)", expire, rounds)
     con.close()
     return r
 
@@ -182,6 +196,9 @@ def main():
     ap.add_argument("--columns", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--out", help="also write the table (markdown) here")
+    ap.add_argument("--server-time", action="store_true",
+                    help="run the servers with their per-statement log and print, for each "
+                         "operation on each RockLake catalog, the statements that cost most")
     a = ap.parse_args()
     for name in ("tables", "files_per_table", "columns", "rounds"):
         if getattr(a, name) < 1:
@@ -192,7 +209,10 @@ def main():
     sizes = {"small": 1, "large": a.tables}
     results = {}  # (target, size) -> {op: ms}
 
-    def run(target, size, catalog_dsn, data):
+    if a.server_time:
+        os.environ["RUST_LOG"] = "rocklake_server=debug"
+
+    def run(target, size, catalog_dsn, data, log=None):
         attach = f"ATTACH 'ducklake:postgres:{catalog_dsn}' AS lake (DATA_PATH '{data}/')"
         ddl, gen = build(catalog_dsn, attach, a.ext_dir, sizes[size], a.files_per_table,
                          a.columns)
@@ -200,7 +220,13 @@ def main():
         print(f"{target}, {size} catalog ({n} tables, {n * a.files_per_table} files, "
               f"{n * a.files_per_table * a.columns} stats rows): DuckDB's CREATE TABLEs "
               f"{ddl:.1f} s, generated rows {gen:.1f} s", flush=True)
-        results[(target, size)] = measure(attach, a.ext_dir, a.rounds)
+        windows = {} if log else None
+        results[(target, size)] = measure(attach, a.ext_dir, a.rounds, windows)
+        if log:
+            time.sleep(0.3)  # the log's last lines
+            print(f"{target}, {size} catalog: the server's time per operation (warm-up and "
+                  f"{a.rounds} rounds)")
+            server_time.report(server_time.records(log), windows, a.rounds + 1, None, 4, log)
 
     try:
         for size in sizes:
@@ -217,7 +243,8 @@ def main():
                                        folder + "-serve.log")
                 try:
                     server.start()
-                    run(f"RockLake {e}", size, server.dsn(), tempfile.mkdtemp(dir=tmp))
+                    run(f"RockLake {e}", size, server.dsn(), tempfile.mkdtemp(dir=tmp),
+                        folder + "-serve.log" if a.server_time else None)
                 finally:
                     server.stop()
     finally:

@@ -1,6 +1,7 @@
 """Where a DuckDB operation's time goes inside `rocklake serve`: the server's own per-statement
 log (`RUST_LOG=rocklake_server=debug`: each statement's time and its parse / plan / optimize /
-storage / execute / commit split), grouped by operation and by statement shape.
+storage / execute / commit split, then the time to encode and queue its results as messages,
+`send`), grouped by operation and by statement shape.
 
     e2e/server_time.py --rocklake-bin target/release/rocklake [--engine sled] [--rounds 5]
 
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 RECORD = re.compile(r"\n(?=\d{4}-\d\d-\d\dT)")
-STAMP = re.compile(r"(\S+?)Z\s+DEBUG (query peer|query phases)")
+STAMP = re.compile(r"(\S+?)Z\s+DEBUG (query peer|query phases|query sent)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LITERAL = re.compile(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b")
 PHASES = ("parse", "plan", "optimize", "storage", "execute", "commit")
@@ -46,6 +47,8 @@ def records(log_path):
         t = datetime.datetime.fromisoformat(m.group(1) + "+00:00").timestamp()
         if m.group(2) == "query peer":
             out.append((t, "sql", r.split("sql=", 1)[1].strip()))
+        elif m.group(2) == "query sent":
+            out.append((t, "sent", int(re.search(r"micros=(\d+)", r).group(1))))
         else:
             timing = {"micros": int(re.search(r"micros=(\d+)", r).group(1))}
             for p in PHASES:
@@ -57,6 +60,48 @@ def records(log_path):
 
 def shape(sql):
     return LITERAL.sub("?", " ".join(sql.split()))
+
+
+def report(recs, windows, rounds, walls, top, log):
+    """Print, for each operation's time window, the server's statements per operation, their
+    time, and the `top` shapes that cost most with their phase split. `rounds` is how many
+    times the operation ran inside its window; `walls` its DuckDB wall times (ms), if any.
+    A statement's time is its own (the phases) plus `send`: encoding its results into
+    messages after it ran."""
+    for name, (start, end) in windows.items():
+        per = collections.defaultdict(lambda: [0, 0.0, collections.Counter()])
+        statements, total, sql = 0, 0.0, None
+        for t, kind, payload in recs:
+            if kind == "sql":
+                sql = payload
+                continue
+            if not (start <= t <= end) or sql is None:
+                continue
+            s = per[shape(sql)]
+            if kind == "sent":
+                total += payload
+                s[1] += payload
+                s[2]["send"] += payload
+                continue
+            statements += 1
+            total += payload["micros"]
+            s[0] += 1
+            s[1] += payload["micros"]
+            s[2].update({p: payload[p] for p in PHASES})
+        if statements == 0:
+            raise SystemExit(f"server_time: the server logged no timed statement during "
+                             f"{name!r} (is RUST_LOG=rocklake_server=debug still honoured, and "
+                             f"the log's 'query phases' line still written?); log {log}")
+        n = rounds
+        wall = f"DuckDB {statistics.median(walls[name]):.2f} ms (median); " if walls else ""
+        print(f"{name}: {wall}server {statements / n:.1f} statements, "
+              f"{total / n / 1000:.2f} ms per operation")
+        for text, (count, micros, phases) in sorted(per.items(), key=lambda x: -x[1][1])[:top]:
+            count = max(count, 1)  # a window may open between a statement and its sending
+            split = " ".join(f"{p} {phases[p] / count:.0f}" for p in PHASES + ("send",)
+                             if phases[p])
+            print(f"  {count / n:4.1f}× {micros / count:7.0f} µs  [{split}]  {text[:110]}")
+        print()
 
 
 def main():
@@ -104,35 +149,9 @@ def main():
         time.sleep(0.3)  # the log's last lines
     finally:
         server.stop()
-    recs = records(log)
     print(f"engine {a.engine}, {a.commits} commits before, {a.rounds} rounds per operation; "
           f"server log {log}\n")
-    for name, (start, end) in windows.items():
-        per = collections.defaultdict(lambda: [0, 0.0, collections.Counter()])
-        statements, total, sql = 0, 0.0, None
-        for t, kind, payload in recs:
-            if kind == "sql":
-                sql = payload
-                continue
-            if not (start <= t <= end) or sql is None:
-                continue
-            statements += 1
-            total += payload["micros"]
-            s = per[shape(sql)]
-            s[0] += 1
-            s[1] += payload["micros"]
-            s[2].update({p: payload[p] for p in PHASES})
-        if statements == 0:
-            raise SystemExit(f"server_time: the server logged no timed statement during "
-                             f"{name!r} (is RUST_LOG=rocklake_server=debug still honoured, and "
-                             f"the log's 'query phases' line still written?); log {log}")
-        n = a.rounds
-        print(f"{name}: DuckDB {statistics.median(walls[name]):.2f} ms (median); server "
-              f"{statements / n:.1f} statements, {total / n / 1000:.2f} ms per operation")
-        for text, (count, micros, phases) in sorted(per.items(), key=lambda x: -x[1][1])[:a.top]:
-            split = " ".join(f"{p} {phases[p] / count:.0f}" for p in PHASES if phases[p])
-            print(f"  {count / n:4.1f}× {micros / count:7.0f} µs  [{split}]  {text[:110]}")
-        print()
+    report(records(log), windows, a.rounds, walls, a.top, log)
 
 
 if __name__ == "__main__":
