@@ -71,6 +71,28 @@ const QUERIES: &[&str] = &[
     "SET statement_timeout = '5 parsecs'",
     "RESET statement_timeout",
     "SHOW statement_timeout",
+    // Parameter names: unknown (a typo too, any case, quoted), set only at server start, in
+    // its configuration file or at connection start, never changeable, custom, known; RESET
+    // and SHOW of them; an unknown one inside a block fails the block.
+    "SET nope_setting = 1",
+    "SET Statment_Timeout = '5s'",
+    "SET \"NOPE\" = 1",
+    "SET max_connections = 5",
+    "SET archive_command = 'x'",
+    "SET log_connections = on",
+    "SET server_version = '1'",
+    "SET foo.bar = 1",
+    "SET work_mem = '64MB'",
+    "SET SESSION nope_setting TO DEFAULT",
+    "RESET nope_setting",
+    "RESET max_connections",
+    "RESET work_mem",
+    "SHOW nope_setting",
+    "SHOW Nope_Setting",
+    "BEGIN",
+    "SET LOCAL nope_setting = 1",
+    "SELECT 1",
+    "ROLLBACK",
 ];
 
 /// A join whose rows are all made by DataFusion's own loop (a hundred thousand squared, about

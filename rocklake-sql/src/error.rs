@@ -77,6 +77,10 @@ pub mod state {
     pub const PLAN_ERROR: &str = "42000";
     /// `57P01` admin_shutdown (the writer was fenced or closed).
     pub const ADMIN_SHUTDOWN: &str = "57P01";
+    /// `42704` undefined_object (a configuration parameter PostgreSQL does not know).
+    pub const UNDEFINED_OBJECT: &str = "42704";
+    /// `55P02` cant_change_runtime_param.
+    pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     /// `XX000` internal_error.
     pub const INTERNAL: &str = "XX000";
     /// `XX001` data_corrupted.

@@ -567,15 +567,10 @@ impl Session {
         }
         match stmt {
             Statement::Set(ref set) => self.set(set),
-            Statement::Reset(ref r) => Ok(self.reset_setting(
-                match &r.reset {
-                    datafusion::sql::sqlparser::ast::Reset::ALL => None,
-                    datafusion::sql::sqlparser::ast::Reset::ConfigurationParameter(n) => {
-                        Some(n.to_string())
-                    }
-                }
-                .as_deref(),
-            )),
+            Statement::Reset(ref r) => self.reset_setting(match &r.reset {
+                datafusion::sql::sqlparser::ast::Reset::ALL => None,
+                datafusion::sql::sqlparser::ast::Reset::ConfigurationParameter(n) => Some(n),
+            }),
             Statement::ShowVariable { ref variable } => match self.show(variable) {
                 Some(r) => r,
                 None => Err(SqlError::unsupported(format!(

@@ -3,8 +3,11 @@
 //! PostgreSQL's units, its display and its transaction rules (a `SET` rolled back with its
 //! transaction is undone; `SET LOCAL` lasts until the transaction ends and does nothing
 //! outside a block; `RESET` goes back to the value the session started with). Other settings
-//! are accepted and ignored, as DuckDB's own `SET`s need, except a request for SERIALIZABLE
-//! isolation, which is refused ([`check_isolation`]).
+//! PostgreSQL 15 lets a session change, and custom ones (a name with a dot), are accepted and
+//! ignored, except a request for SERIALIZABLE isolation, which is refused ([`check_isolation`]).
+//! A name PostgreSQL does not know, or a parameter only its server's start or configuration
+//! file sets, gets PostgreSQL's error ([`check_settable`]), so a mistyped `SET` is not taken
+//! for a setting made.
 //!
 //! The session applies `statement_timeout` itself; the two idle limits are kept here for
 //! whoever waits for the client's next message (the server, [`Session::idle_limits`]).
@@ -13,11 +16,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::sql::sqlparser::ast::{
-    ContextModifier, Expr, Ident, Set, TransactionIsolationLevel, TransactionMode, Value,
+    ContextModifier, Expr, Ident, ObjectName, Set, TransactionIsolationLevel, TransactionMode,
+    Value,
 };
 
 use super::{Output, Session, Status};
-use crate::error::{Result, SqlError};
+use crate::error::{state, Result, SqlError};
+
+mod names;
 
 /// The time limits a session honours, in the order of [`Settings::values`].
 const TIME_SETTINGS: [&str; 3] = [
@@ -56,6 +62,72 @@ fn serializable_refused() -> SqlError {
         crate::error::state::NOT_SUPPORTED,
         "isolation level SERIALIZABLE is not supported: RockLake runs every transaction at \
          REPEATABLE READ (snapshot isolation)",
+    )
+}
+
+/// When a session may change one of PostgreSQL 15's configuration parameters (its
+/// `pg_settings.context`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Changeable {
+    /// `user` and `superuser`: `SET` at any time (every RockLake client is a superuser).
+    Session,
+    /// `backend` and `superuser-backend`: only in the connection's startup options.
+    AtConnection,
+    /// `sighup`: only in the server's configuration file.
+    Reload,
+    /// `postmaster`: only when the server starts.
+    Restart,
+    /// `internal`: never.
+    Fixed,
+}
+
+/// The name a `SET`, `RESET` or `SHOW` means: PostgreSQL folds a name to lower case unless
+/// it is quoted, and joins a custom parameter's parts with dots.
+fn parameter_name<'a>(parts: impl IntoIterator<Item = &'a Ident>) -> String {
+    let parts: Vec<String> = parts
+        .into_iter()
+        .map(|p| match p.quote_style {
+            Some(_) => p.value.clone(),
+            None => p.value.to_lowercase(),
+        })
+        .collect();
+    parts.join(".")
+}
+
+/// PostgreSQL 15's parameter `name` (any case) and when a session may change it.
+fn known(name: &str) -> Option<(&'static str, Changeable)> {
+    let lower = name.to_ascii_lowercase();
+    names::PARAMETERS
+        .binary_search_by(|(n, _)| (*n).cmp(lower.as_str()))
+        .ok()
+        .map(|i| names::PARAMETERS[i])
+}
+
+/// Whether a session may `SET` or `RESET` the parameter `name`, with PostgreSQL 15's error
+/// when it may not: `42704` for a name it does not know (one with a dot is a custom
+/// parameter, which any session may set), `55P02` for one set elsewhere.
+fn check_settable(name: &str) -> Result<()> {
+    if name.contains('.') {
+        return Ok(());
+    }
+    let (canonical, why) = match known(name) {
+        None => return Err(unrecognized(name)),
+        Some((_, Changeable::Session)) => return Ok(()),
+        Some((n, Changeable::AtConnection)) => (n, "cannot be set after connection start"),
+        Some((n, Changeable::Reload)) => (n, "cannot be changed now"),
+        Some((n, Changeable::Restart)) => (n, "cannot be changed without restarting the server"),
+        Some((n, Changeable::Fixed)) => (n, "cannot be changed"),
+    };
+    Err(SqlError::new(
+        state::CANT_CHANGE_RUNTIME_PARAM,
+        format!("parameter \"{canonical}\" {why}"),
+    ))
+}
+
+fn unrecognized(name: &str) -> SqlError {
+    SqlError::new(
+        state::UNDEFINED_OBJECT,
+        format!("unrecognized configuration parameter \"{name}\""),
     )
 }
 
@@ -160,7 +232,8 @@ impl Session {
         else {
             return Ok(Output::Command("SET".into()));
         };
-        let name = variable.to_string();
+        let name = parameter_name(variable.0.iter().filter_map(|p| p.as_ident()));
+        check_settable(&name)?;
         if ISOLATION_SETTINGS
             .iter()
             .any(|s| name.eq_ignore_ascii_case(s))
@@ -191,21 +264,34 @@ impl Session {
         Ok(Output::Command("SET".into()))
     }
 
-    /// `RESET name` / `RESET ALL`: back to the value the session started with.
-    pub(super) fn reset_setting(&mut self, name: Option<&str>) -> Output {
+    /// `RESET name` / `RESET ALL` (`None`): back to the value the session started with.
+    pub(super) fn reset_setting(&mut self, name: Option<&ObjectName>) -> Result<Output> {
+        let name = name.map(|n| parameter_name(n.0.iter().filter_map(|p| p.as_ident())));
+        if let Some(n) = &name {
+            check_settable(n)?;
+        }
         for (i, setting) in TIME_SETTINGS.iter().enumerate() {
-            if name.is_none_or(|n| n.eq_ignore_ascii_case(setting)) {
+            if name
+                .as_deref()
+                .is_none_or(|n| n.eq_ignore_ascii_case(setting))
+            {
                 let v = self.settings.defaults[i];
                 self.settings.assign(i, v, false);
             }
         }
-        Output::Command("RESET".into())
+        Ok(Output::Command("RESET".into()))
     }
 
-    /// `SHOW` of a time limit; `None` for any other name (the caller decides).
+    /// `SHOW` of a time limit; `42704` for a name PostgreSQL does not know; `None` for any
+    /// other name (the caller decides).
     pub(super) fn show(&self, variable: &[Ident]) -> Option<Result<Output>> {
         let [name] = variable else { return None };
-        let i = time_setting(&name.value)?;
+        let name = parameter_name([name]);
+        // `SHOW ALL` is the one name of its own.
+        if name != "all" && !name.contains('.') && known(&name).is_none() {
+            return Some(Err(unrecognized(&name)));
+        }
+        let i = time_setting(&name)?;
         Some(Ok(Output::Show {
             name: TIME_SETTINGS[i].into(),
             value: show_timeout(self.settings.values[i]),
@@ -361,6 +447,55 @@ fn check_isolation_value(value: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parameter_names_are_looked_up_as_postgresql_15_does() {
+        // The table is searched by halves: sorted, lower case, each name once.
+        assert!(names::PARAMETERS.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(names::PARAMETERS
+            .iter()
+            .all(|(n, _)| *n == n.to_ascii_lowercase()));
+        for ok in [
+            "TimeZone",
+            "search_path",
+            "WORK_MEM",
+            "statement_timeout",
+            "a.b",
+            "role",
+        ] {
+            assert!(check_settable(ok).is_ok(), "{ok}");
+        }
+        for (name, code, message) in [
+            (
+                "statment_timeout",
+                "42704",
+                "unrecognized configuration parameter \"statment_timeout\"",
+            ),
+            (
+                "Max_Connections",
+                "55P02",
+                "parameter \"max_connections\" cannot be changed without restarting the server",
+            ),
+            (
+                "archive_command",
+                "55P02",
+                "parameter \"archive_command\" cannot be changed now",
+            ),
+            (
+                "log_connections",
+                "55P02",
+                "parameter \"log_connections\" cannot be set after connection start",
+            ),
+            (
+                "server_version",
+                "55P02",
+                "parameter \"server_version\" cannot be changed",
+            ),
+        ] {
+            let e = check_settable(name).unwrap_err();
+            assert_eq!((e.code, e.message.as_str()), (code, message), "{name}");
+        }
+    }
 
     #[test]
     fn timeouts_read_and_show_as_postgresql_does() {
