@@ -139,8 +139,16 @@ pub struct SlateOptions {
     /// How large the memtable grows before SlateDB writes it out as an L0 table (SlateDB's
     /// `l0_sst_size_bytes`; `None` keeps SlateDB's default, 64 MiB).
     pub l0_sst_size_bytes: Option<usize>,
-    /// How often the embedded compactor looks for work (`None` keeps SlateDB's default, 5 s).
+    /// How often the embedded compactor looks for work to schedule, and its embedded worker for
+    /// scheduled jobs to claim (`None` keeps SlateDB's defaults, 5 s each). Both run in this
+    /// process, so they poll at one pace.
     pub compactor_poll_interval: Option<Duration>,
+    /// How long a compaction job stays claimed by a worker that stopped heartbeating (a killed
+    /// process) before this writer's compactor hands it out again; the worker heartbeats three
+    /// times in that span (`None` keeps SlateDB's defaults: 30 s, every 10 s). Until then a
+    /// writer opened after the kill cannot compact what that job holds: once the L0 tables
+    /// reach SlateDB's limit, its memtable flushes, and so its `close`, wait for the timeout.
+    pub compaction_heartbeat_timeout: Option<Duration>,
     /// How many L0 tables or sorted runs the compactor merges at least (its size-tiered
     /// scheduler's `min_compaction_sources`; `None` keeps SlateDB's default, 4).
     pub compactor_min_sources: Option<usize>,
@@ -169,6 +177,7 @@ impl Default for SlateOptions {
             flush_interval: DEFAULT_FLUSH_INTERVAL,
             l0_sst_size_bytes: None,
             compactor_poll_interval: None,
+            compaction_heartbeat_timeout: None,
             compactor_min_sources: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             reader_checkpoint: true,
@@ -289,6 +298,37 @@ pub fn object_store_for(location: &Location) -> Result<(Arc<dyn ObjectStore>, St
     }
 }
 
+/// SlateDB's settings for a writer opened with `options`.
+fn writer_settings(options: &SlateOptions) -> Settings {
+    let mut settings = Settings {
+        flush_interval: Some(options.flush_interval),
+        ..Settings::default()
+    };
+    if let Some(bytes) = options.l0_sst_size_bytes {
+        settings.l0_sst_size_bytes = bytes;
+    }
+    if let Some(compactor) = settings.compactor_options.as_mut() {
+        if let Some(every) = options.compactor_poll_interval {
+            compactor.poll_interval = every;
+            if let Some(worker) = compactor.worker.as_mut() {
+                worker.compactions_poll_interval = every;
+            }
+        }
+        if let Some(timeout) = options.compaction_heartbeat_timeout {
+            compactor.worker_heartbeat_timeout = timeout;
+            if let Some(worker) = compactor.worker.as_mut() {
+                worker.heartbeat_interval = timeout / 3;
+            }
+        }
+        if let Some(n) = options.compactor_min_sources {
+            compactor
+                .scheduler_options
+                .insert("min_compaction_sources".into(), n.to_string());
+        }
+    }
+    settings
+}
+
 /// A RockLake store on SlateDB: [`SlateEngine`] behind core's [`EngineBackend`].
 pub type SlateBackend = EngineBackend<SlateEngine>;
 
@@ -340,23 +380,7 @@ impl SlateEngine {
         location: Location,
         options: SlateOptions,
     ) -> Result<SlateEngine> {
-        let mut settings = Settings {
-            flush_interval: Some(options.flush_interval),
-            ..Settings::default()
-        };
-        if let Some(bytes) = options.l0_sst_size_bytes {
-            settings.l0_sst_size_bytes = bytes;
-        }
-        if let Some(compactor) = settings.compactor_options.as_mut() {
-            if let Some(every) = options.compactor_poll_interval {
-                compactor.poll_interval = every;
-            }
-            if let Some(n) = options.compactor_min_sources {
-                compactor
-                    .scheduler_options
-                    .insert("min_compaction_sources".into(), n.to_string());
-            }
-        }
+        let settings = writer_settings(&options);
         let held = !matches!(location, Location::Memory);
         let record = holder::record_path(&path);
         let shown = location.to_string();
@@ -569,6 +593,28 @@ impl Engine for SlateEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compaction_timings_reach_the_compactor_and_its_worker() {
+        let defaults = writer_settings(&SlateOptions::default());
+        let compactor = defaults.compactor_options.expect("an embedded compactor");
+        let worker = compactor.worker.expect("an embedded worker");
+        assert_eq!(compactor.poll_interval, Duration::from_secs(5));
+        assert_eq!(worker.compactions_poll_interval, Duration::from_secs(5));
+        assert_eq!(compactor.worker_heartbeat_timeout, Duration::from_secs(30));
+
+        let set = writer_settings(&SlateOptions {
+            compactor_poll_interval: Some(Duration::from_millis(200)),
+            compaction_heartbeat_timeout: Some(Duration::from_secs(3)),
+            ..SlateOptions::default()
+        });
+        let compactor = set.compactor_options.expect("an embedded compactor");
+        let worker = compactor.worker.expect("an embedded worker");
+        assert_eq!(compactor.poll_interval, Duration::from_millis(200));
+        assert_eq!(worker.compactions_poll_interval, Duration::from_millis(200));
+        assert_eq!(compactor.worker_heartbeat_timeout, Duration::from_secs(3));
+        assert_eq!(worker.heartbeat_interval, Duration::from_secs(1));
+    }
 
     #[test]
     fn urls_parse_into_locations() {
