@@ -7,6 +7,7 @@
 //! offset, `interval` as µs, days and months, `timetz` as µs and the zone's offset west of
 //! UTC, arrays with their dimensions and element oid.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
@@ -46,17 +47,22 @@ pub fn text_value(array: &dyn Array, row: usize) -> Option<String> {
 }
 
 /// Append row `row` of `array` in PostgreSQL's text form (length word, then bytes; -1 for
-/// NULL), as a DataRow carries it: strings straight from the array, without a copy.
+/// NULL), as a DataRow carries it.
 pub fn text_field(out: &mut BytesMut, array: &dyn Array, row: usize) {
     if is_null(array, row) {
         out.put_i32(-1);
-    } else if let Some(s) = str_value(array, row) {
-        out.put_i32(s.len() as i32);
-        out.extend_from_slice(s.as_bytes());
     } else {
-        let v = pg_text(array, row).unwrap_or_default();
+        let v = text_of(array, row);
         out.put_i32(v.len() as i32);
         out.extend_from_slice(v.as_bytes());
+    }
+}
+
+/// A non-NULL value's text form: strings lent straight from the array, without a copy.
+fn text_of(array: &dyn Array, row: usize) -> Cow<'_, str> {
+    match str_value(array, row) {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(pg_text(array, row).unwrap_or_default()),
     }
 }
 
@@ -140,10 +146,9 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
             }
             _ => return Err(cannot()),
         },
-        "text" | "varchar" | "name" | "bpchar" | "char" | "json" => match str_value(array, row) {
-            Some(s) => buf.extend_from_slice(s.as_bytes()),
-            None => buf.extend_from_slice(pg_text(array, row).unwrap_or_default().as_bytes()),
-        },
+        "text" | "varchar" | "name" | "bpchar" | "char" | "json" => {
+            buf.extend_from_slice(text_of(array, row).as_bytes())
+        }
         "bytea" => match array.data_type() {
             DataType::Binary => buf.extend_from_slice(array.as_binary::<i32>().value(row)),
             _ => return Err(cannot()),
