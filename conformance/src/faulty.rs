@@ -25,6 +25,12 @@ pub struct FaultyBackend {
     fired: std::sync::Mutex<Option<&'static str>>,
     /// Fail the next close, whatever the count.
     fail_close: AtomicBool,
+    /// Fail this many of the next flushes, whatever the count.
+    fail_flushes: AtomicUsize,
+    /// Flushes wait for a read share of this while [`FaultyBackend::hold_flushes`] holds it.
+    flush_gate: Arc<tokio::sync::RwLock<()>>,
+    /// Flushes waiting at the gate now.
+    flushes_held: AtomicUsize,
 }
 
 impl FaultyBackend {
@@ -37,6 +43,9 @@ impl FaultyBackend {
             after_apply: AtomicBool::new(false),
             fired: std::sync::Mutex::new(None),
             fail_close: AtomicBool::new(false),
+            fail_flushes: AtomicUsize::new(0),
+            flush_gate: Arc::new(tokio::sync::RwLock::new(())),
+            flushes_held: AtomicUsize::new(0),
         })
     }
 
@@ -63,6 +72,23 @@ impl FaultyBackend {
     pub fn arm_close(&self) {
         *self.fired.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.fail_close.store(true, Ordering::SeqCst);
+    }
+
+    /// Fail the next `n` flushes (and nothing else), whatever the count.
+    pub fn fail_next_flushes(&self, n: usize) {
+        *self.fired.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.fail_flushes.store(n, Ordering::SeqCst);
+    }
+
+    /// Hold every flush back until the returned guard is dropped: a commit applied meanwhile
+    /// is visible in the store but not durable, for as long as the test needs.
+    pub async fn hold_flushes(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.flush_gate.clone().write_owned().await
+    }
+
+    /// How many flushes are waiting at the gate of [`FaultyBackend::hold_flushes`] now.
+    pub fn flushes_held(&self) -> usize {
+        self.flushes_held.load(Ordering::SeqCst)
     }
 
     /// The call the armed fault hit, if it has fired.
@@ -175,10 +201,20 @@ impl KvBackend for FaultyHandle {
     }
 
     async fn flush(&self) -> Result<()> {
-        if self.0.tick() {
+        let failing = self
+            .0
+            .fail_flushes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if self.0.tick() || failing {
             return Err(self.0.fault("flush"));
         }
-        self.0.inner.flush().await
+        self.0.flushes_held.fetch_add(1, Ordering::SeqCst);
+        let open = self.0.flush_gate.read().await;
+        self.0.flushes_held.fetch_sub(1, Ordering::SeqCst);
+        let flushed = self.0.inner.flush().await;
+        drop(open);
+        flushed
     }
 
     async fn close(&self) -> Result<()> {

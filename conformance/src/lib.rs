@@ -353,7 +353,7 @@ macro_rules! with_checks {
         $crate::$callback!($($pre)* ;
             ordering, prefix_isolation, atomic_batches, faults_leave_nothing_half_written,
             read_views, durability_across_reopen, crash_durability, two_processes, mvcc_visibility,
-            snapshot_order, gc_keeps_what_readers_see, keystone_examples, keystone_refusals,
+            snapshot_order, commits_seen_once_durable, gc_keeps_what_readers_see, keystone_examples, keystone_refusals,
             keystone_delete_keeps_key, keystone_purge_waits_for_readers,
             keystone_eight_draws, keystone_concurrent_issue, keystone_never_reissued,
             keystone_rollback_cycles, fencing, model_based, bad_bytes, edges_and_close);

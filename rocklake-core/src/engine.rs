@@ -183,10 +183,11 @@ impl<E: Engine> KvBackend for EngineBackend<E> {
             let _guard = self.write_lock.lock().await;
             // Again under the lock: close takes it, so no batch lands once close has begun.
             self.check_open()?;
+            let applying = self.group.start_apply();
             if !self.check_and_apply(batch).await? {
                 return Ok(());
             }
-            self.group.applied()
+            applying.applied()
         };
         if durability == Durability::Durable {
             self.group.wait_durable(seq, || self.engine.sync()).await?;

@@ -17,14 +17,22 @@ use crate::error::Result;
 /// return, the rest elect the next leader. (A queue on a mutex instead would hand the lock from
 /// waiter to waiter, one task switch each, before the next flush could start.)
 ///
-/// Use: apply a batch (visible, not yet durable), number it with [`GroupCommit::applied`], then
-/// [`GroupCommit::wait_durable`] with the engine's sync. Callers that build work which a flush
-/// should wait for count it with [`GroupCommit::building`] / [`GroupCommit::built`].
+/// Use: under the lock that orders applies, number the batch with [`GroupCommit::start_apply`],
+/// apply it (visible, not yet durable) and finish the returned [`Applying`]; then, outside the
+/// lock, [`GroupCommit::wait_durable`] with the engine's sync. Callers that build work which a
+/// flush should wait for count it with [`GroupCommit::building`] / [`GroupCommit::built`].
+///
+/// Numbers are handed out before the apply and counted applied after it, so a reader that
+/// took a view of the store and then read [`GroupCommit::started`] knows that every batch the
+/// view may hold is numbered at most that: it can tell whether everything it sees is durable.
 #[derive(Debug, Default)]
 pub struct GroupCommit {
     /// Transactions begun and not yet applied or dropped (including those queued on the commit
     /// lock): a leader gives them a few turns before it flushes.
     building: std::sync::atomic::AtomicUsize,
+    /// The number handed to the last batch whose apply began.
+    started: std::sync::atomic::AtomicU64,
+    /// Every batch numbered up to this has been applied (or failed to apply).
     applied: std::sync::atomic::AtomicU64,
     /// Every batch numbered up to this is durable.
     durable: std::sync::atomic::AtomicU64,
@@ -49,6 +57,31 @@ impl Drop for Leading<'_> {
     }
 }
 
+/// A batch being applied, numbered by [`GroupCommit::start_apply`]. Counted applied when
+/// finished or dropped, whether the apply succeeded or not (a failed apply leaves nothing for a
+/// flush to cover, and the numbers stay in step).
+#[must_use = "a batch counts as applied when this is finished or dropped"]
+#[derive(Debug)]
+pub struct Applying<'a> {
+    group: &'a GroupCommit,
+    seq: u64,
+}
+
+impl Applying<'_> {
+    /// The batch is applied: its number, to wait on with [`GroupCommit::wait_durable`].
+    pub fn applied(self) -> u64 {
+        self.seq
+    }
+}
+
+impl Drop for Applying<'_> {
+    fn drop(&mut self) {
+        self.group
+            .applied
+            .fetch_max(self.seq, AtomicOrdering::AcqRel);
+    }
+}
+
 impl GroupCommit {
     /// A transaction began: count it as building.
     pub fn building(&self) {
@@ -60,9 +93,27 @@ impl GroupCommit {
         self.building.fetch_sub(1, AtomicOrdering::AcqRel);
     }
 
-    /// Number the batch just applied (after it is visible, before waiting for it).
-    pub fn applied(&self) -> u64 {
-        self.applied.fetch_add(1, AtomicOrdering::AcqRel) + 1
+    /// Number the batch about to be applied. Call under the lock that orders applies (one
+    /// apply at a time), before the batch can become visible.
+    pub fn start_apply(&self) -> Applying<'_> {
+        let seq = self.started.fetch_add(1, AtomicOrdering::AcqRel) + 1;
+        Applying { group: self, seq }
+    }
+
+    /// The number of the last batch whose apply began (0 before the first): every batch a
+    /// view taken before this call may hold is numbered at most this.
+    pub fn started(&self) -> u64 {
+        self.started.load(AtomicOrdering::Acquire)
+    }
+
+    /// Whether a leader is flushing now.
+    pub fn flushing(&self) -> bool {
+        self.leading.load(AtomicOrdering::Acquire)
+    }
+
+    /// Every batch numbered at most this is durable.
+    pub fn durable(&self) -> u64 {
+        self.durable.load(AtomicOrdering::Acquire)
     }
 
     /// The number of the last batch applied (0 before the first).
@@ -72,6 +123,8 @@ impl GroupCommit {
 
     /// Return once batch `seq` is durable. Whichever waiter leads calls `sync`, which must make
     /// every batch applied before it was called durable; its error is returned as it is.
+    /// Batch `seq` must have been applied (its [`Applying`] finished): a flush covers only
+    /// applied batches.
     pub async fn wait_durable<F, Fut>(&self, seq: u64, sync: F) -> Result<()>
     where
         F: FnOnce() -> Fut,

@@ -102,6 +102,10 @@ pub(crate) struct Inner {
     /// land at or below it (see [`Transaction`]'s "Snapshot order"). Read and raised under the
     /// commit lock.
     pub(crate) published: AtomicU64,
+    /// A view taken just before the last completed flush of the commits (see
+    /// [`Keyspace::committed_view`]), with the number of the last batch it holds: every batch
+    /// in it is durable.
+    pub(crate) flushed_view: Mutex<Option<(u64, Arc<dyn ReadView>)>>,
 }
 
 /// A catalog over any [`KvBackend`]. Cheap to clone; clones share one writer identity.
@@ -235,6 +239,7 @@ impl Keyspace {
                 readers_changed: Notify::new(),
                 closed: AtomicBool::new(false),
                 published: AtomicU64::new(published),
+                flushed_view: Mutex::new(None),
             }),
         })
     }
@@ -313,6 +318,79 @@ impl Keyspace {
             }),
             Err(e) => Err(e),
         }
+    }
+
+    /// A point-in-time view of the store as a reader may see it: every commit acknowledged
+    /// before this call, and no commit that a flush has not yet made durable. PostgreSQL's
+    /// readers likewise see a commit only once its WAL record is flushed, so a reader never
+    /// builds on a commit that a crash, or a failed flush, then takes back.
+    ///
+    /// Costs a view and a few atomic loads when no commit is between its apply and its flush.
+    /// While a flush is under way, the view the last completed flush left is lent instead (it
+    /// holds every acknowledged commit and nothing else). Otherwise (before any flush left
+    /// one, in the moment between a commit's apply and its flush, or after a flush failed)
+    /// this flushes, or joins the flush, that makes everything in its view durable, and fails
+    /// with that flush's error: a commit whose flush failed is never seen unless a later flush
+    /// makes it durable.
+    /// With [`Durability::Buffered`] a commit is visible once applied, as that mode promises.
+    pub async fn committed_view(&self) -> Result<Arc<dyn ReadView>> {
+        let view = self.inner.backend.view().await?;
+        if self.inner.options.durability != Durability::Durable {
+            return Ok(view);
+        }
+        let group = &self.inner.group;
+        // Numbers are handed out before a batch is applied, so every batch this view may hold
+        // is numbered at most `seen`.
+        let seen = group.started();
+        let acknowledged = group.durable();
+        if acknowledged >= seen {
+            return Ok(view);
+        }
+        if group.flushing() {
+            if let Some((upto, flushed)) = &*self.lock_flushed_view() {
+                if *upto >= acknowledged {
+                    return Ok(flushed.clone());
+                }
+            }
+        }
+        if group.last_applied() < seen {
+            // A batch is being applied under the commit lock: a flush covers it only after.
+            drop(self.inner.commit_lock.lock().await);
+        }
+        group.wait_durable(seen, || self.flush_committed()).await?;
+        Ok(view)
+    }
+
+    fn lock_flushed_view(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<dyn ReadView>)>> {
+        self.inner
+            .flushed_view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The group commit's flush of this key space's commits: a view of every batch applied so
+    /// far is taken first, and kept for [`Keyspace::committed_view`] once the flush has made
+    /// all of it durable (a failed flush keeps the older one).
+    pub(crate) async fn flush_committed(&self) -> Result<()> {
+        let (upto, view) = {
+            let _guard = self.inner.commit_lock.lock().await;
+            (
+                self.inner.group.last_applied(),
+                self.inner.backend.view().await?,
+            )
+        };
+        self.flush_as_writer().await?;
+        let replaced = {
+            let mut kept = self.lock_flushed_view();
+            if kept.as_ref().is_some_and(|(u, _)| *u > upto) {
+                Some((upto, view))
+            } else {
+                kept.replace((upto, view))
+            }
+        };
+        // Dropped outside the lock: releasing an engine's snapshot may take its own locks.
+        drop(replaced);
+        Ok(())
     }
 
     /// Flush the backend; a fencing it reports names this writer's epoch.
@@ -400,6 +478,10 @@ impl Keyspace {
         if self.inner.closed.swap(true, AtomicOrdering::AcqRel) {
             return Ok(());
         }
+        // First, whatever happens below: a kept view may hold the store open (a RocksDB
+        // snapshot keeps its DB, and so its lock file, until dropped).
+        let kept = self.lock_flushed_view().take();
+        drop(kept);
         if let Some(epoch) = self.inner.epoch {
             let _guard = self.inner.commit_lock.lock().await;
             let mut batch = WriteBatch::new();

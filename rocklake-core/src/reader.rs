@@ -16,7 +16,7 @@ impl Keyspace {
     /// Open a reader at `snapshot` (the latest when `None`). PURGE waits for readers that can
     /// still see what it would remove. A snapshot below `retain-from` is refused.
     pub async fn reader(&self, snapshot: Option<u64>) -> Result<Reader> {
-        let view = self.inner.backend.view().await?;
+        let view = self.committed_view().await?;
         let latest = current_snapshot_in(view.as_ref()).await?;
         let snapshot = snapshot.unwrap_or(latest);
         check_readable_at(view.as_ref(), snapshot).await?;

@@ -135,7 +135,7 @@ impl Keyspace {
         if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let view = self.inner.backend.view().await?;
+        let view = self.committed_view().await?;
         let read_snapshot = current_snapshot_in(view.as_ref()).await?;
         Ok(Transaction::new(self.clone(), view, read_snapshot))
     }
@@ -151,13 +151,15 @@ impl Keyspace {
     pub async fn commit_batch(&self, batch: WriteBatch) -> Result<()> {
         self.writer_epoch()?;
         let guard = self.inner.commit_lock.lock().await;
-        self.write_fenced(batch, Durability::Buffered).await?;
-        let seq = self.inner.group.applied();
+        let applying = self.inner.group.start_apply();
+        let written = self.write_fenced(batch, Durability::Buffered).await;
+        let seq = applying.applied();
         drop(guard);
+        written?;
         if self.inner.options.durability == Durability::Durable {
             self.inner
                 .group
-                .wait_durable(seq, || self.flush_as_writer())
+                .wait_durable(seq, || self.flush_committed())
                 .await?;
         }
         Ok(())
@@ -800,7 +802,10 @@ impl Transaction {
         // together share one flush (one fsync, one SlateDB WAL write). A commit is acknowledged
         // only after a flush that covers it.
         let durable = cat.inner.options.durability == Durability::Durable;
-        match cat.write_fenced(batch, Durability::Buffered).await {
+        let applying = cat.inner.group.start_apply();
+        let written = cat.write_fenced(batch, Durability::Buffered).await;
+        let seq = applying.applied();
+        match written {
             Ok(()) => {
                 for (st, need) in raises {
                     st.committed_named(need);
@@ -810,13 +815,12 @@ impl Transaction {
                         .published
                         .fetch_max(s, std::sync::atomic::Ordering::AcqRel);
                 }
-                let seq = cat.inner.group.applied();
                 self.done_building();
                 drop(guard);
                 if durable {
                     cat.inner
                         .group
-                        .wait_durable(seq, || cat.flush_as_writer())
+                        .wait_durable(seq, || cat.flush_committed())
                         .await?;
                 }
                 Ok(CommitInfo {

@@ -27,7 +27,7 @@ use crate::relation::{name_key, RelDef, StoredRow, INDEX_PRIMARY_KEY, INDEX_RELA
 impl Database {
     /// Begin a transaction on a point-in-time view of the store.
     pub async fn begin(self: &Arc<Self>) -> Result<Txn> {
-        let view = self.keyspace().backend().view().await?;
+        let view = self.keyspace().committed_view().await?;
         // The catalog the view holds: read again only when the shared copy may be stale is an
         // optimisation left for later; the shared copy is reloaded on every DDL commit of this
         // process, and only one process writes a store (the others are fenced).

@@ -286,3 +286,134 @@ pub async fn gc_keeps_what_readers_see(t: &Target) -> CheckResult {
         "GC removed {removed} versions; readers at {floor}..={last} unchanged"
     )))
 }
+
+/// A commit is seen only once a flush has made it durable, as PostgreSQL's readers see a
+/// commit only once its WAL record is flushed. While a commit's flush is held back, a reader
+/// and a transaction opened meanwhile see every commit acknowledged before them and not that
+/// one (though the store already holds its batch); once the flush completes, it is seen. A
+/// commit whose flush failed is not seen while later flushes fail too (a reader is refused
+/// with the flush's error instead), and is seen once a flush succeeds, which makes it durable.
+pub async fn commits_seen_once_durable(t: &Target) -> CheckResult {
+    let s = t.fresh().await.map_err(ctx("fresh store"))?;
+    let faulty = FaultyBackend::new(s.backend.clone());
+    let backend: Arc<dyn KvBackend> = Arc::new(FaultyHandle(faulty.clone()));
+    let cat = Keyspace::open(backend).await.map_err(ctx("open"))?;
+    ensure!(
+        cat.options().durability == Durability::Durable,
+        "the key space did not open durable"
+    );
+    // What a reader opened now sees of keys 1..=4, and whether the store itself holds each.
+    let seen = |cat: Keyspace| async move {
+        let r = cat.reader(None).await?;
+        let mut ids = BTreeSet::new();
+        for id in 1..=4u64 {
+            if r.by_id(&keystone::TABLE, id).await?.is_some() {
+                ids.insert(id);
+            }
+        }
+        Ok::<_, Error>(ids)
+    };
+    let stored = |id: u64| {
+        let backend = s.backend.clone();
+        async move {
+            backend
+                .get(&keystone::TABLE.binding_key(id))
+                .await
+                .map(|v| v.is_some())
+        }
+    };
+    name_key(&cat, 1).await.map_err(ctx("commit key 1"))?;
+
+    // Key 2's flush is held back: applied, not durable.
+    let gate = faulty.hold_flushes().await;
+    let committer = tokio::spawn({
+        let cat = cat.clone();
+        async move { name_key(&cat, 2).await }
+    });
+    let mut waited = 0;
+    while faulty.flushes_held() == 0 {
+        ensure!(
+            waited < 3000 && !committer.is_finished(),
+            "key 2's commit never reached its flush (finished: {})",
+            committer.is_finished()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waited += 1;
+    }
+    ensure!(
+        stored(2).await.map_err(ctx("raw get"))?,
+        "key 2's batch is not in the store while its flush is held"
+    );
+    let during = seen(cat.clone()).await.map_err(ctx("reader while held"))?;
+    ensure!(
+        during == BTreeSet::from([1]),
+        "a reader opened while key 2's flush was held saw {during:?}: key 2 is not durable yet"
+    );
+    let tx = cat.begin().await.map_err(ctx("begin while held"))?;
+    let in_tx = tx
+        .view()
+        .get(&keystone::TABLE.binding_key(2))
+        .await
+        .map_err(ctx("get in transaction"))?;
+    ensure!(
+        in_tx.is_none(),
+        "a transaction begun while key 2's flush was held sees key 2"
+    );
+    tx.rollback();
+    drop(gate);
+    committer
+        .await
+        .map_err(|e| format!("key 2's committer: {e}"))?
+        .map_err(ctx("commit key 2"))?;
+    let after = seen(cat.clone()).await.map_err(ctx("reader after flush"))?;
+    ensure!(
+        after == BTreeSet::from([1, 2]),
+        "after key 2's flush a reader saw {after:?}"
+    );
+
+    // Key 3's flush fails, and so does the next one (the reader's own).
+    faulty.fail_next_flushes(2);
+    let failed = name_key(&cat, 3).await;
+    ensure!(
+        failed.is_err(),
+        "key 3's commit reported success though its flush failed"
+    );
+    ensure!(
+        stored(3).await.map_err(ctx("raw get"))?,
+        "key 3's batch is not in the store after its failed flush (the case is not exercised)"
+    );
+    match seen(cat.clone()).await {
+        Err(_) => {}
+        Ok(ids) => ensure!(
+            !ids.contains(&3),
+            "a reader saw key 3, whose flush failed and which no flush has made durable: {ids:?}"
+        ),
+    }
+    faulty.fail_next_flushes(0);
+    let later = seen(cat.clone())
+        .await
+        .map_err(ctx("reader once flushes succeed"))?;
+    ensure!(
+        later == BTreeSet::from([1, 2, 3]),
+        "once a flush succeeded a reader saw {later:?}"
+    );
+    name_key(&cat, 4).await.map_err(ctx("commit key 4"))?;
+    cat.close().await.map_err(ctx("close"))?;
+    let mut survived = String::new();
+    if !t.ephemeral {
+        let b = t.open(&s.url).await.map_err(ctx("reopen"))?;
+        let rows = dump(b.as_ref()).await.map_err(ctx("dump"))?;
+        let bound = bound_ids(&rows, keystone::TABLE.code());
+        let want: BTreeSet<u64> = (1..=4).collect();
+        ensure!(
+            bound.is_superset(&want),
+            "after reopening, keys {want:?} should all be bound; found {bound:?}"
+        );
+        b.close().await.map_err(ctx("close again"))?;
+        survived = "; all four after reopening".into();
+    }
+    Ok(Outcome::Pass(format!(
+        "a held flush's commit unseen by a reader and a transaction, seen after; a failed \
+         flush's commit unseen until a flush succeeded{survived}"
+    )))
+}
