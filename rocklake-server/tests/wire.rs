@@ -134,8 +134,30 @@ const ARRAY_QUERIES: &[&str] = &[
     "SELECT attname, atttypid, atttypmod, attndims FROM pg_attribute \
      JOIN pg_class ON attrelid = pg_class.oid WHERE relname = 'ar' AND attnum > 0 ORDER BY attnum",
     "SELECT column_name::text, data_type::text, udt_name::text FROM information_schema.columns \
-     WHERE table_name = 'ar' ORDER BY ordinal_position",
+     WHERE table_name = 'ar' ORDER BY ordinal_position",    // DuckDB's per-table lookup (as its postgres extension sends it) of a table that does not
+    // exist: no rows, so only the RowDescription says the constraint columns' types (the
+    // first branch's NULLs take the second's oid, "char", int2[], as PostgreSQL resolves them).
+    DUCKDB_TABLE_LOOKUP_OF_A_MISSING_TABLE,
 ];
+
+const DUCKDB_TABLE_LOOKUP_OF_A_MISSING_TABLE: &str = "SELECT pg_namespace.oid AS namespace_id, \
+relname, relpages, attname, pg_type.typname type_name, atttypmod type_modifier, \
+pg_attribute.attndims ndim, attnum, pg_attribute.attnotnull AS notnull, NULL constraint_id, \
+NULL constraint_type, NULL constraint_key, type_ns.nspname AS type_schema, \
+col_desc.description AS column_comment, tbl_desc.description AS table_comment FROM pg_class \
+JOIN pg_namespace ON relnamespace = pg_namespace.oid JOIN pg_attribute ON \
+pg_class.oid=pg_attribute.attrelid JOIN pg_type ON atttypid=pg_type.oid JOIN pg_namespace type_ns \
+ON pg_type.typnamespace = type_ns.oid LEFT JOIN pg_description col_desc ON \
+col_desc.objoid=pg_class.oid AND col_desc.objsubid=pg_attribute.attnum LEFT JOIN pg_description \
+tbl_desc ON tbl_desc.objoid=pg_class.oid AND tbl_desc.objsubid=0 WHERE attnum > 0 AND relkind IN \
+('r', 'v', 'm', 'f', 'p') AND pg_namespace.nspname IN ('public')AND relname='no_such_table' \
+UNION ALL SELECT pg_namespace.oid AS namespace_id, relname, NULL relpages, NULL attname, NULL \
+type_name, NULL type_modifier, NULL ndim, NULL attnum, NULL AS notnull, pg_constraint.oid AS \
+constraint_id, contype AS constraint_type, conkey AS constraint_key, NULL AS type_schema, NULL \
+AS column_comment, NULL AS table_comment FROM pg_class JOIN pg_namespace ON relnamespace = \
+pg_namespace.oid JOIN pg_constraint ON (pg_class.oid=pg_constraint.conrelid) WHERE relkind IN \
+('r', 'v', 'm', 'f', 'p') AND contype IN ('p', 'u') AND pg_namespace.nspname IN ('public')AND \
+relname='no_such_table' ORDER BY namespace_id, relname, attnum, constraint_id";
 
 /// A RowDescription with the table oid and column number of each field zeroed (a table's
 /// oid is the server's own choice).

@@ -196,6 +196,7 @@ impl Session {
             (optimizing.elapsed().as_nanos() as u64).saturating_sub(storage),
         );
         let physical = crate::interrupt::interruptible(physical?, &self.interrupt)?;
+        let schema = resolve_null_types(schema, &physical.schema());
         let batches = collect(physical, state.task_ctx()).await?;
         Ok((schema, batches))
     }
@@ -304,4 +305,46 @@ pub(super) fn same_rows(what: &str, direct: &[RecordBatch], general: &[RecordBat
         }
     }
     Ok(())
+}
+
+/// The answer's schema as the client is told it: the planned one (its names and PostgreSQL
+/// types), except that a column the plan left untyped (`NULL` in a UNION's first branch) takes
+/// the type the optimiser gave it from the other branches, as PostgreSQL resolves a union's
+/// column. With rows, the batches carry that type anyway; without, only this tells the client
+/// (DuckDB's per-table lookup of a missing table: `oid`, `char`, `int2[]`, not `text`).
+fn resolve_null_types(planned: SchemaRef, physical: &SchemaRef) -> SchemaRef {
+    let untyped = |i: usize| {
+        planned.field(i).data_type() == &DataType::Null
+            && physical
+                .fields()
+                .get(i)
+                .is_some_and(|f| f.data_type() != &DataType::Null)
+    };
+    if planned.fields().len() != physical.fields().len()
+        || !(0..planned.fields().len()).any(untyped)
+    {
+        return planned;
+    }
+    let fields: Vec<_> = planned
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            if untyped(i) {
+                Arc::new(
+                    physical
+                        .field(i)
+                        .as_ref()
+                        .clone()
+                        .with_name(f.name().clone()),
+                )
+            } else {
+                f.clone()
+            }
+        })
+        .collect();
+    Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        planned.metadata().clone(),
+    ))
 }
