@@ -330,6 +330,27 @@ impl Connection {
                 }
             }
         };
+        // Settings the connection cannot start with refuse it, as PostgreSQL refuses it once
+        // the client is authenticated. Without a password, that is at once (after
+        // AuthenticationOk, as PostgreSQL sends it); with one, before the SASL exchange, since
+        // pgwire answers a successful one whole (ParameterStatus and ReadyForQuery included).
+        if !started.cancel {
+            let refused =
+                relay::startup_settings(&started.first)
+                    .iter()
+                    .find_map(|(name, value)| {
+                        rocklake_sql::session::check_startup_setting(name, value).err()
+                    });
+            if let Some(e) = refused {
+                let before = if self.password.is_none() {
+                    relay::AUTHENTICATION_OK
+                } else {
+                    &[]
+                };
+                relay::refuse_after(started.stream, before, e.code, &e.message).await;
+                return;
+            }
+        }
         // pgwire reads from one end of a socket pair; the relay checks every message the
         // client sends before passing it on (see `relay`).
         let (outer, inner) = match tokio::net::UnixStream::pair() {

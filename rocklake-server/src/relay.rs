@@ -96,9 +96,24 @@ pub(crate) async fn start(mut tcp: TcpStream, tls: &Tls) -> io::Result<Option<St
 }
 
 /// Refuse a started connection with a FATAL error (`code`, `message`) and close it.
-pub(crate) async fn refuse(mut stream: Box<dyn Stream>, code: &str, message: &str) {
+pub(crate) async fn refuse(stream: Box<dyn Stream>, code: &str, message: &str) {
+    refuse_after(stream, &[], code, message).await
+}
+
+/// AuthenticationOk: what a server that trusts the client sends first.
+pub(crate) const AUTHENTICATION_OK: &[u8] = &[b'R', 0, 0, 0, 8, 0, 0, 0, 0];
+
+/// Refuse a started connection with `before` (whole messages), then a FATAL error, and close.
+pub(crate) async fn refuse_after(
+    mut stream: Box<dyn Stream>,
+    before: &[u8],
+    code: &str,
+    message: &str,
+) {
     tracing::info!(code, error = %message, "refusing a connection");
-    let _ = stream.write_all(&error_response(code, message)).await;
+    let mut out = before.to_vec();
+    out.extend_from_slice(&error_response(code, message));
+    let _ = stream.write_all(&out).await;
     let _ = stream.shutdown().await;
 }
 
@@ -487,6 +502,30 @@ fn message_response(severity: &str, code: &str, why: &str) -> Vec<u8> {
     m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
     m.extend_from_slice(&body);
     m
+}
+
+/// The settings a checked startup packet (`first`: length word, protocol version, pairs) asks
+/// for: each `-c name=value` of its `options`, then every parameter that is not one of the
+/// packet's own (`user`, `database`, `options`, `replication`, `_pq_.` protocol options), as
+/// PostgreSQL reads them.
+pub(crate) fn startup_settings(first: &[u8]) -> Vec<(String, String)> {
+    let pairs = first.get(8..).unwrap_or_default();
+    let text = String::from_utf8_lossy(pairs);
+    let mut parts = text.split('\0');
+    let mut options = None;
+    let mut direct = Vec::new();
+    while let (Some(name), Some(value)) = (parts.next(), parts.next()) {
+        match name {
+            "" => break,
+            "options" => options = Some(value.to_string()),
+            "user" | "database" | "replication" => {}
+            n if n.starts_with("_pq_.") => {}
+            n => direct.push((n.to_string(), value.to_string())),
+        }
+    }
+    let mut out = crate::startup::options(options.as_deref());
+    out.extend(direct);
+    out
 }
 
 /// Startup parameters: NUL-terminated name/value pairs, then a final NUL; `user` required.

@@ -1442,3 +1442,103 @@ async fn a_driver_binds_typed_parameters() {
         server.stop().await;
     }
 }
+
+/// A connection that starts with a setting PostgreSQL would refuse (in its startup packet or
+/// in `options=-c ...`) is refused as PostgreSQL refuses it: AuthenticationOk, then FATAL with
+/// the same SQLSTATE and message, then closed. One with settings it accepts starts, and the
+/// setting holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_settings_are_refused_as_postgresql_refuses_them() {
+    let server = serve("sled", ServerOptions::default()).await;
+    let pg = match pg_url() {
+        Some(pg) => Some(pg_fresh_db(&pg, "rocklake_startup").await),
+        None => None,
+    };
+    // (extra startup parameters, what both must answer: None = start, Some(SQLSTATE)).
+    type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
+    let cases: &[Case] = &[
+        (&[("options", "-c no_such_setting=1")], Some("42704")),
+        (&[("no_such_setting", "1")], Some("42704")),
+        (&[("options", "-c statement_timeout=soon")], Some("22023")),
+        (&[("statement_timeout", "5 parsecs")], Some("22023")),
+        (&[("options", "--shared-buffers=1MB")], Some("55P02")),
+        (&[("options", "-c wal_level=minimal")], Some("55P02")),
+        (&[("options", "-c server_version=1")], Some("55P02")),
+        (
+            &[
+                ("options", "-c statement_timeout=5s -c my.custom=x"),
+                ("application_name", "startup test"),
+            ],
+            None,
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut sides = vec![("rocklake", server.addr, "duck", "lake".to_string())];
+        if let Some(pg) = &pg {
+            sides.push((
+                "postgres",
+                common::host_port(pg),
+                "postgres",
+                "rocklake_startup".to_string(),
+            ));
+        }
+        let mut seen = Vec::new();
+        for (side, addr, user, db) in &sides {
+            let mut params = vec![("user", *user), ("database", db.as_str())];
+            params.extend_from_slice(extra);
+            let (mut c, msgs) = Raw::connect_with(*addr, &params).await;
+            let answer = match want {
+                Some(code) => {
+                    let kinds: Vec<char> = msgs.iter().map(|m| m.kind as char).collect();
+                    assert_eq!(
+                        kinds,
+                        ['R', 'E'],
+                        "{side}, {extra:?}: AuthenticationOk then the error: {msgs:?}"
+                    );
+                    let e = &msgs[1];
+                    assert_eq!(e.field(b'S').as_deref(), Some("FATAL"), "{side}, {extra:?}");
+                    assert_eq!(e.field(b'C').as_deref(), Some(*code), "{side}, {extra:?}");
+                    assert!(c.read().await.is_none(), "{side}, {extra:?}: not closed");
+                    e.field(b'M').unwrap_or_default()
+                }
+                None => {
+                    assert_eq!(
+                        msgs.last().and_then(|m| m.status()),
+                        Some('I'),
+                        "{side}, {extra:?}: {msgs:?}"
+                    );
+                    let shown = c.query("SHOW statement_timeout").await;
+                    let row = shown.iter().find(|m| m.kind == b'D').expect("a row");
+                    String::from_utf8_lossy(&row.body[6..]).to_string()
+                }
+            };
+            seen.push(answer);
+        }
+        if let [ours, theirs] = seen.as_slice() {
+            assert_eq!(
+                ours, theirs,
+                "{extra:?}: RockLake's answer, then PostgreSQL's"
+            );
+        }
+        if want.is_none() {
+            assert_eq!(seen[0], "5s", "{extra:?}");
+        }
+    }
+    // SERIALIZABLE is refused at SET; asked for at startup, the connection is refused rather
+    // than run weaker (PostgreSQL would run it).
+    let (_, msgs) = Raw::connect_with(
+        server.addr,
+        &[
+            ("user", "duck"),
+            ("database", "lake"),
+            ("options", "-c default_transaction_isolation=serializable"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        msgs.last().and_then(|m| m.field(b'C')).as_deref(),
+        Some("0A000"),
+        "{msgs:?}"
+    );
+    server.stop().await;
+}

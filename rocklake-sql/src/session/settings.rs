@@ -103,6 +103,30 @@ fn known(name: &str) -> Option<(&'static str, Changeable)> {
         .map(|i| names::PARAMETERS[i])
 }
 
+/// Whether a connection may start with `name` = `value` (a parameter of its startup packet,
+/// or `-c name=value` in its `options`), with PostgreSQL 15's refusal when it may not:
+/// `42704` for a name it does not know, `55P02` for one only the server's start or its
+/// configuration sets, `22023` for a time limit that does not read; and RockLake's `0A000`
+/// for SERIALIZABLE, which it does not run (see [`Session::startup_setting`]).
+pub fn check_startup_setting(name: &str, value: &str) -> Result<()> {
+    if !name.contains('.') {
+        match known(name) {
+            None => return Err(unrecognized(name)),
+            Some((_, Changeable::Session | Changeable::AtConnection)) => {}
+            Some(_) => return check_settable(name),
+        }
+    }
+    if let Some(i) = time_setting(name) {
+        parse_timeout(value, i)?;
+    } else if ISOLATION_SETTINGS
+        .iter()
+        .any(|s| name.eq_ignore_ascii_case(s))
+    {
+        check_isolation_value(value)?;
+    }
+    Ok(())
+}
+
 /// Whether a session may `SET` or `RESET` the parameter `name`, with PostgreSQL 15's error
 /// when it may not: `42704` for a name it does not know (one with a dot is a custom
 /// parameter, which any session may set), `55P02` for one set elsewhere.
