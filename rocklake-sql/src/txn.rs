@@ -369,19 +369,38 @@ impl Txn {
         Ok(())
     }
 
-    /// Whether the store holds `key` now; the commit expects it to hold the same then (a
-    /// schema that a new table goes into).
-    pub async fn expect_stored(&mut self, key: Bytes) -> Result<bool> {
-        if let Some(w) = self.writes.get(&key) {
+    /// Lock schema `id` (`name`) in `mode`, as PostgreSQL locks a schema: a table created in
+    /// it takes it shared ([`Mode::Write`]), `DROP SCHEMA` alone ([`Mode::Exclusive`]), so that
+    /// neither commits around the other (a drop that cascaded over the tables it saw would
+    /// leave one created meanwhile). Held to the transaction's end. Then the schema must still
+    /// be stored (`3F000` when another session dropped it meanwhile), and the commit expects
+    /// it unchanged. A schema this transaction created or dropped needs no lock.
+    pub async fn guard_schema(&mut self, id: u64, name: &str, mode: Mode) -> Result<()> {
+        self.writable()?;
+        let def = Bytes::from(row_key(tags::RELATION, &[id]));
+        if self.writes.contains_key(&def) {
+            return Ok(());
+        }
+        self.held
+            .acquire(id, mode, name, self.stop.as_deref())
+            .await?;
+        let stored = self.db.keyspace().backend().get(&def).await?;
+        if stored.is_none() {
+            return Err(SqlError::new(
+                state::INVALID_SCHEMA_NAME,
+                format!("schema \"{name}\" does not exist"),
+            ));
+        }
+        self.conds.entry(def).or_insert(stored);
+        Ok(())
+    }
+
+    /// Whether the store holds `key` now, this transaction's own writes included.
+    pub async fn stored_now(&self, key: &[u8]) -> Result<bool> {
+        if let Some(w) = self.writes.get(key) {
             return Ok(w.is_some());
         }
-        if let Some(c) = self.conds.get(&key) {
-            return Ok(c.is_some());
-        }
-        let stored = self.db.keyspace().backend().get(&key).await?;
-        let present = stored.is_some();
-        self.conds.insert(key, stored);
-        Ok(present)
+        Ok(self.db.keyspace().backend().get(key).await?.is_some())
     }
 
     /// Remember what the view holds for `key` before the first write to it, as the commit's
@@ -578,7 +597,13 @@ impl Txn {
                 n += 1;
             }
         }
+        // Its name as the store holds it now, too: a table created after this transaction
+        // began (one a DROP SCHEMA found in the shared catalog) is not in its view.
         let name = Bytes::from(name_key(&rel.schema, Some(&rel.name)));
+        if !self.writes.contains_key(&name) && !self.conds.contains_key(&name) {
+            let stored = live.get(&name).await?;
+            self.conds.insert(name.clone(), stored);
+        }
         self.delete_raw(name).await?;
         Ok(n)
     }

@@ -956,6 +956,62 @@ async fn ddl_racing_other_sessions_ends_as_postgresql_s_does() {
         assert_eq!(r.unwrap(), "DROP TABLE", "{name}");
         q(&mut a, "COMMIT").await;
 
+        // DROP SCHEMA ... CASCADE waits for a transaction creating a table in the schema, and
+        // the table goes with the schema; a CREATE TABLE waits for a transaction dropping its
+        // schema, and is told the schema is gone (as PostgreSQL's lock on the schema orders
+        // the two).
+        q(&mut a, "CREATE SCHEMA s3; CREATE TABLE s3.old (a INTEGER)").await;
+        q(&mut a, "BEGIN; CREATE TABLE s3.fresh (a INTEGER)").await;
+        let dropper = tokio::spawn(async move {
+            let r = Box::pin(b.run("DROP SCHEMA s3 CASCADE"))
+                .await
+                .map(|o| o.tag());
+            (b, r)
+        });
+        assert!(
+            still_waiting(&dropper).await,
+            "{name}: DROP SCHEMA did not wait for the CREATE TABLE in it"
+        );
+        q(&mut a, "INSERT INTO s3.fresh VALUES (1); COMMIT").await;
+        let (mut b, r) = dropper.await.unwrap();
+        assert_eq!(r.unwrap(), "DROP SCHEMA", "{name}");
+        let left: Vec<String> = stored_catalog(&db)
+            .await
+            .tables
+            .keys()
+            .filter(|(s, _)| s == "s3")
+            .map(|(_, t)| t.clone())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{name}: tables left in a dropped schema: {left:?}"
+        );
+        assert_eq!(
+            err(&mut a, "SELECT * FROM s3.fresh").await.0,
+            "42P01",
+            "{name}"
+        );
+        q(&mut a, "CREATE SCHEMA s3").await;
+        q(&mut b, "BEGIN; DROP SCHEMA s3").await;
+        let creator = tokio::spawn(async move {
+            let r = Box::pin(a.run("CREATE TABLE s3.late (a INTEGER)"))
+                .await
+                .map(|o| o.tag());
+            (a, r)
+        });
+        assert!(
+            still_waiting(&creator).await,
+            "{name}: CREATE TABLE did not wait for the DROP SCHEMA"
+        );
+        q(&mut b, "COMMIT").await;
+        let (mut a, r) = creator.await.unwrap();
+        let e = r.unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("3F000", "schema \"s3\" does not exist"),
+            "{name}"
+        );
+
         // A wait ends at statement_timeout as any statement does.
         q(&mut b, "BEGIN; INSERT INTO u VALUES (2)").await;
         q(&mut a, "SET statement_timeout = 200").await;

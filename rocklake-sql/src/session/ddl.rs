@@ -11,6 +11,7 @@ use super::{first_words, Output, Session};
 use crate::catalog::{rel_from_create, split_name};
 use crate::db::definition_row;
 use crate::error::{state, Result, SqlError};
+use crate::locks::Mode;
 use crate::relation::{name_key, RelDef};
 use crate::txn::Txn;
 impl Session {
@@ -67,16 +68,13 @@ impl Session {
                             format!("relation \"{name}\" already exists"),
                         ));
                     }
-                    let schema_id = txn.catalog.schemas.get(&schema).copied().unwrap_or(0);
-                    if !txn
-                        .expect_stored(Bytes::from(row_key(tags::RELATION, &[schema_id])))
-                        .await?
-                    {
+                    let Some(schema_id) = txn.catalog.schemas.get(&schema).copied() else {
                         return Err(SqlError::new(
                             state::INVALID_SCHEMA_NAME,
                             format!("schema \"{schema}\" does not exist"),
                         ));
-                    }
+                    };
+                    txn.guard_schema(schema_id, &schema, Mode::Write).await?;
                     txn.put_raw(
                         Bytes::from(row_key(tags::RELATION, &[id])),
                         Bytes::from(definition_row(id, &rel.qualified(), &rel.definition)),
@@ -191,13 +189,22 @@ impl Session {
                                 format!("schema \"{schema}\" does not exist"),
                             ));
                         };
-                        let inside: Vec<Arc<RelDef>> = txn
-                            .catalog
-                            .tables
-                            .values()
-                            .filter(|t| t.schema == schema)
-                            .cloned()
-                            .collect();
+                        txn.guard_schema(id, &schema, Mode::Exclusive).await?;
+                        // Every transaction that created a table in the schema before this
+                        // one took its lock has ended, and a commit installed its catalog:
+                        // the tables are this transaction's view of them and the shared
+                        // catalog's, less those another session dropped meanwhile.
+                        let shared = txn.db().catalog();
+                        let mut inside: Vec<Arc<RelDef>> = Vec::new();
+                        for t in txn.catalog.tables.values().chain(shared.tables.values()) {
+                            if t.schema != schema || inside.iter().any(|r| r.id == t.id) {
+                                continue;
+                            }
+                            if txn.stored_now(&row_key(tags::RELATION, &[t.id])).await? {
+                                inside.push(t.clone());
+                            }
+                        }
+                        inside.sort_by(|a, b| a.name.cmp(&b.name));
                         if !inside.is_empty() && !cascade {
                             return Err(SqlError::new(
                                 state::DEPENDENT_OBJECTS,
