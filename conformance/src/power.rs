@@ -666,6 +666,19 @@ async fn round(
             *have != Have::Absent || held.get(id).is_none_or(|owner| *owner == w)
         });
     }
+    // Inserts of one key in flight on two workers at once (one named it while another was
+    // issued it): at most one landed, and the store cannot tell whose, since their rows are
+    // alike. The first of those workers takes the key; the others' commits landed nothing.
+    // (Both ledgers taking it made the next round expect it live in one after the other
+    // deleted it: round 6957 of seed 647093512, 2026-12-04.)
+    let mut first_in_flight: BTreeMap<u64, usize> = BTreeMap::new();
+    for (w, ledger) in ledgers.iter_mut().enumerate() {
+        ledger.ids.retain(|id, (have, maybe)| {
+            *have != Have::Absent
+                || maybe.is_none()
+                || *first_in_flight.entry(*id).or_insert(w) == w
+        });
+    }
     for (w, ledger) in ledgers.iter_mut().enumerate() {
         for (id, (have, maybe)) in ledger.ids.iter_mut() {
             let found = bound.get(id).copied().unwrap_or(Have::Absent);
