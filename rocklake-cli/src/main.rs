@@ -208,6 +208,11 @@ enum Command {
         /// (PostgreSQL's idle_session_timeout; 0 is no limit, the default).
         #[arg(long, default_value = "0", value_parser = idle_setting("idle_session_timeout"))]
         idle_session_timeout: TimeLimit,
+        /// Memory all sessions' statements may hold at once (results while they are gathered,
+        /// and DataFusion's sorts, joins and aggregations), in PostgreSQL's units (512MB, 2GB);
+        /// a statement that would pass it fails with SQLSTATE 53200 and the others go on.
+        #[arg(long, default_value = "2GB", value_parser = memory_size)]
+        max_memory: usize,
     },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
@@ -271,8 +276,42 @@ async fn main_job(_json: bool) -> CliResult {
         max_connections: 100,
         authentication_timeout: std::time::Duration::from_secs(60),
         idle: rocklake_sql::IdleLimits::default(),
+        max_memory: DEFAULT_MAX_MEMORY,
     })
     .await
+}
+
+/// `rocklake serve --max-memory`'s default: 2 GiB.
+const DEFAULT_MAX_MEMORY: usize = 2 << 30;
+
+/// A size in PostgreSQL's memory units (`B`, `kB`, `MB`, `GB`, `TB`, each 1024 of the one
+/// before; a bare number is bytes), at least 1 MB.
+fn memory_size(v: &str) -> Result<usize, String> {
+    let t = v.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = (&t[..split], t[split..].trim());
+    let n: usize = number.parse().map_err(|_| {
+        format!("invalid memory size {v:?}: expected a number and a unit, as 512MB or 2GB")
+    })?;
+    let shift = match unit {
+        "" | "B" => 0,
+        "kB" => 10,
+        "MB" => 20,
+        "GB" => 30,
+        "TB" => 40,
+        other => {
+            return Err(format!(
+                "invalid memory unit {other:?} in {v:?}: valid units are B, kB, MB, GB and TB"
+            ))
+        }
+    };
+    let bytes = n
+        .checked_mul(1usize << shift)
+        .ok_or_else(|| format!("memory size {v:?} is too large"))?;
+    if bytes < 1 << 20 {
+        return Err(format!("memory size {v:?} is below the minimum of 1MB"));
+    }
+    Ok(bytes)
 }
 
 /// A time limit; `None` is no limit (PostgreSQL's 0).
@@ -399,6 +438,7 @@ async fn run(command: Command, json: bool) -> CliResult {
             authentication_timeout,
             idle_in_transaction_session_timeout,
             idle_session_timeout,
+            max_memory,
         } => {
             cmd::serve::run(cmd::serve::ServeArgs {
                 url,
@@ -414,6 +454,7 @@ async fn run(command: Command, json: bool) -> CliResult {
                     in_transaction: idle_in_transaction_session_timeout.0,
                     session: idle_session_timeout.0,
                 },
+                max_memory,
             })
             .await
         }

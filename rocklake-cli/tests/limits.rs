@@ -293,3 +293,37 @@ fn a_writer_command_beside_a_running_server_is_refused_unless_it_takes_over() {
     assert!(out.contains("42"), "{out}");
     drop(server);
 }
+
+/// `--max-memory 16MB`: a statement whose result would pass it fails with 53200 and the
+/// session goes on; a size the flag cannot read is refused before anything is opened.
+#[test]
+fn a_statement_past_max_memory_fails_with_53200() {
+    let server = serve(1024, &["--max-memory", "16MB"]);
+    let mut s = login(server.addr).expect("a session");
+    let (code, message) = query(
+        &mut s,
+        "SELECT repeat('x', 100) FROM generate_series(1, 2000000)",
+    )
+    .expect_err("200 MB of results under a 16 MB bound");
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("53200", "out of memory")
+    );
+    query(&mut s, "SELECT 1").expect("the session goes on");
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("c").display());
+    for (bad, says) in [
+        ("12XB", "invalid memory unit"),
+        ("lots", "invalid memory size"),
+        ("100kB", "below the minimum"),
+    ] {
+        let (ok, _, err) = rocklake(&["serve", &url, "--max-memory", bad]);
+        assert!(!ok, "served with --max-memory {bad}");
+        assert!(err.contains(says), "--max-memory {bad}: {err}");
+    }
+    assert!(
+        !dir.path().join("c").exists(),
+        "the store was created before the refusal"
+    );
+}

@@ -1542,3 +1542,44 @@ async fn startup_settings_are_refused_as_postgresql_refuses_them() {
     );
     server.stop().await;
 }
+
+/// A statement whose result would pass the server's memory bound fails with `53200` as soon
+/// as it would, instead of gathering it whole; its session and the others go on, and a
+/// result within the bound is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_past_the_memory_bound_fails_alone() {
+    let server = serve("sled", ServerOptions::default()).await;
+    // Before the first session: every session's statements share these 32 MiB.
+    server.db.limit_memory(32 << 20);
+    let (mut a, _) = Raw::connect(server.addr, "duck", "lake").await;
+    let (mut b, _) = Raw::connect(server.addr, "duck", "lake").await;
+    // About 200 MB of text if gathered whole.
+    let big = a
+        .query("SELECT repeat('x', 100) FROM generate_series(1, 2000000)")
+        .await;
+    let e = big.iter().find(|m| m.kind == b'E').unwrap_or_else(|| {
+        panic!(
+            "no error; {} rows",
+            big.iter().filter(|m| m.kind == b'D').count()
+        )
+    });
+    assert_eq!(e.field(b'C').as_deref(), Some("53200"), "{big:?}");
+    assert_eq!(e.field(b'M').as_deref(), Some("out of memory"));
+    assert!(
+        e.field(b'D').is_some_and(|d| d.contains("--max-memory")),
+        "{e:?}"
+    );
+    assert_eq!(big.last().and_then(|m| m.status()), Some('I'));
+    for (who, c) in [("the same session", &mut a), ("another session", &mut b)] {
+        let small = c
+            .query("SELECT repeat('x', 100) FROM generate_series(1, 10000)")
+            .await;
+        assert_eq!(
+            small.iter().filter(|m| m.kind == b'D').count(),
+            10_000,
+            "{who}: {:?}",
+            small.iter().find(|m| m.kind == b'E')
+        );
+    }
+    server.stop().await;
+}

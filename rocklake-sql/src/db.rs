@@ -8,6 +8,9 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::memory_pool::{
+    FairSpillPool, MemoryPool, TrackConsumersPool, UnboundedMemoryPool,
+};
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::parser::ParserError;
 use rocklake_core::backend::{visit_all, KeyRange, ReadView, WriteBatch};
@@ -53,6 +56,9 @@ pub struct Database {
     locks: Arc<Locks>,
     /// Parses kept by the shape of their text, for every session.
     parses: ParseCache,
+    /// The memory every session's statements share: DataFusion's operators and the results
+    /// being gathered reserve from it (see [`Database::limit_memory`]).
+    memory: RwLock<Arc<dyn MemoryPool>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -78,6 +84,7 @@ impl Database {
             tuples: tokio::sync::Mutex::new(HashMap::new()),
             locks: Arc::default(),
             parses: ParseCache::default(),
+            memory: RwLock::new(Arc::new(UnboundedMemoryPool::default())),
         });
         if fresh && db.keyspace.epoch().is_some() {
             // One batch under a freshly issued relation id, with the "still absent" condition
@@ -97,6 +104,27 @@ impl Database {
             db.reload_catalog().await?;
         }
         Ok(db)
+    }
+
+    /// Bound the memory that the statements of every session created from now on hold at
+    /// once (their results while being gathered, and DataFusion's sorts, joins and
+    /// aggregations) to `bytes`, shared fairly among the statements that need it. A
+    /// statement that would pass it fails with `53200` (out of memory) and the others go on.
+    /// Call before the first session; without a call there is no bound.
+    pub fn limit_memory(&self, bytes: usize) {
+        *self.memory.write().unwrap_or_else(|e| e.into_inner()) =
+            Arc::new(TrackConsumersPool::new(
+                FairSpillPool::new(bytes),
+                std::num::NonZeroUsize::new(3).expect("3 is not zero"),
+            ));
+    }
+
+    /// The memory pool sessions reserve from (see [`Database::limit_memory`]).
+    pub fn memory_pool(&self) -> Arc<dyn MemoryPool> {
+        self.memory
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The table locks of this process's transactions.

@@ -81,6 +81,8 @@ pub mod state {
     pub const UNDEFINED_OBJECT: &str = "42704";
     /// `55P02` cant_change_runtime_param.
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+    /// `53200` out_of_memory (a statement past the server's memory bound).
+    pub const OUT_OF_MEMORY: &str = "53200";
     /// `XX000` internal_error.
     pub const INTERNAL: &str = "XX000";
     /// `XX001` data_corrupted.
@@ -156,6 +158,11 @@ impl From<datafusion::error::DataFusionError> for SqlError {
             }
             D::SQL(p, _) => SqlError::new(state::SYNTAX_ERROR, p.to_string()),
             D::NotImplemented(m) => SqlError::unsupported(m),
+            D::ResourcesExhausted(m) => SqlError::new(state::OUT_OF_MEMORY, "out of memory")
+                .with_detail(format!(
+                    "This statement needed more of the server's memory for statements \
+                     (rocklake serve --max-memory) than is free now: {m}"
+                )),
             D::SchemaError(s, _) => {
                 let m = s.to_string();
                 let code = if m.contains("No field named") {

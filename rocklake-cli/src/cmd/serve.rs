@@ -24,6 +24,8 @@ pub(crate) struct ServeArgs {
     pub(crate) max_connections: usize,
     pub(crate) authentication_timeout: Duration,
     pub(crate) idle: rocklake_sql::IdleLimits,
+    /// Bytes all sessions' statements may hold at once.
+    pub(crate) max_memory: usize,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> CliResult {
@@ -55,6 +57,7 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     let db = Database::open(ks)
         .await
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    db.limit_memory(args.max_memory);
     let tls = match &args.tls {
         Some((cert, key)) => Some(
             rocklake_server::tls_config(cert, key)

@@ -204,7 +204,12 @@ impl Session {
         // integer past i64, stays every digit instead of becoming a double).
         opts.sql_parser.parse_float_as_decimal = true;
         opts.sql_parser.dialect = "PostgreSQL".parse().unwrap_or_default();
-        let ctx = SessionContext::new_with_config(config);
+        // Every session's statements reserve from the database's one memory pool.
+        let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+            .with_memory_pool(db.memory_pool())
+            .build_arc()
+            .expect("a runtime with a memory pool and default disk and cache settings");
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
         // `now()` is the transaction's start, as in PostgreSQL (DataFusion's own is the
         // statement's).
         let started = shared.clone();

@@ -7,10 +7,12 @@ use std::time::Instant;
 
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
-use datafusion::physical_plan::collect;
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::physical_plan::execute_stream;
 use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+use futures::StreamExt;
 
 use super::Session;
 use crate::colnames::{alias_repeated, pg_column_names, rename_columns};
@@ -197,7 +199,18 @@ impl Session {
         );
         let physical = crate::interrupt::interruptible(physical?, &self.interrupt)?;
         let schema = resolve_null_types(schema, &physical.schema());
-        let batches = collect(physical, state.task_ctx()).await?;
+        // Gathered batch by batch, each reserved from the database's memory pool first, so a
+        // result too large for it fails with 53200 rather than taking the process's memory.
+        let ctx = state.task_ctx();
+        let reservation =
+            MemoryConsumer::new("the result of a statement").register(ctx.memory_pool());
+        let mut stream = execute_stream(physical, ctx)?;
+        let mut batches = Vec::new();
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            reservation.try_grow(batch.get_array_memory_size())?;
+            batches.push(batch);
+        }
         Ok((schema, batches))
     }
 
