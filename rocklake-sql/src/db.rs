@@ -152,7 +152,10 @@ impl Database {
     }
 
     async fn load_and_install(&self) -> Result<()> {
-        let c = load_catalog(self.keyspace.backend().as_ref()).await?;
+        // As a reader sees the store: another session's DDL whose flush is still under way
+        // is not in the shared catalog before it is durable.
+        let view = self.keyspace.committed_view().await?;
+        let c = load_catalog(view.as_ref()).await?;
         self.loads.fetch_add(1, Ordering::Relaxed);
         *self.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(c);
         Ok(())
