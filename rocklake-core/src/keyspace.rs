@@ -380,15 +380,10 @@ impl Keyspace {
             )
         };
         self.flush_as_writer().await?;
-        let replaced = {
-            let mut kept = self.lock_flushed_view();
-            if kept.as_ref().is_some_and(|(u, _)| *u > upto) {
-                Some((upto, view))
-            } else {
-                kept.replace((upto, view))
-            }
-        };
-        // Dropped outside the lock: releasing an engine's snapshot may take its own locks.
+        // Leaders flush one at a time and `upto` is read under the commit lock, so each kept
+        // view is newer than the one it replaces. The old one is dropped outside the lock:
+        // releasing an engine's snapshot may take its own locks.
+        let replaced = self.lock_flushed_view().replace((upto, view));
         drop(replaced);
         Ok(())
     }
