@@ -105,18 +105,15 @@ impl Conn {
     }
 }
 
-/// The settings of a startup packet: its `options` (`-c name=value`, libpq's PGOPTIONS),
-/// then any parameter that names a setting directly (`statement_timeout=5s`), as
-/// PostgreSQL reads them.
+/// The settings of a client's startup packet (see [`crate::startup::settings`]); the
+/// connection was refused before login if any of them could not be applied.
 fn startup_settings<C: ClientInfo>(client: &C) -> Vec<(String, String)> {
-    let md = client.metadata();
-    let mut out = crate::startup::options(md.get("options").map(String::as_str));
-    for (name, value) in md {
-        if rocklake_sql::session::is_time_setting(name) {
-            out.push((name.clone(), value.clone()));
-        }
-    }
-    out
+    crate::startup::settings(
+        client
+            .metadata()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    )
 }
 
 fn status_of(s: Status) -> TransactionStatus {

@@ -505,27 +505,18 @@ fn message_response(severity: &str, code: &str, why: &str) -> Vec<u8> {
 }
 
 /// The settings a checked startup packet (`first`: length word, protocol version, pairs) asks
-/// for: each `-c name=value` of its `options`, then every parameter that is not one of the
-/// packet's own (`user`, `database`, `options`, `replication`, `_pq_.` protocol options), as
-/// PostgreSQL reads them.
+/// for (see [`crate::startup::settings`]).
 pub(crate) fn startup_settings(first: &[u8]) -> Vec<(String, String)> {
-    let pairs = first.get(8..).unwrap_or_default();
-    let text = String::from_utf8_lossy(pairs);
+    let text = String::from_utf8_lossy(first.get(8..).unwrap_or_default());
     let mut parts = text.split('\0');
-    let mut options = None;
-    let mut direct = Vec::new();
+    let mut pairs = Vec::new();
     while let (Some(name), Some(value)) = (parts.next(), parts.next()) {
-        match name {
-            "" => break,
-            "options" => options = Some(value.to_string()),
-            "user" | "database" | "replication" => {}
-            n if n.starts_with("_pq_.") => {}
-            n => direct.push((n.to_string(), value.to_string())),
+        if name.is_empty() {
+            break;
         }
+        pairs.push((name, value));
     }
-    let mut out = crate::startup::options(options.as_deref());
-    out.extend(direct);
-    out
+    crate::startup::settings(pairs)
 }
 
 /// Startup parameters: NUL-terminated name/value pairs, then a final NUL; `user` required.

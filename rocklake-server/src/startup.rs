@@ -40,6 +40,27 @@ pub(crate) fn options(options: Option<&str>) -> Vec<(String, String)> {
     out
 }
 
+/// The settings a startup packet's parameters ask for, as PostgreSQL reads them: each
+/// `-c name=value` of `options`, then every parameter that is not one of the packet's own
+/// (`user`, `database`, `options`, `replication`, `_pq_.` protocol options).
+pub(crate) fn settings<'a>(
+    params: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Vec<(String, String)> {
+    let mut options_text = None;
+    let mut direct = Vec::new();
+    for (name, value) in params {
+        match name {
+            "options" => options_text = Some(value),
+            "user" | "database" | "replication" => {}
+            n if n.starts_with("_pq_.") => {}
+            n => direct.push((n.to_string(), value.to_string())),
+        }
+    }
+    let mut out = options(options_text);
+    out.extend(direct);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -50,7 +50,7 @@ mod ddl;
 mod describe;
 mod query;
 mod settings;
-pub use settings::{check_startup_setting, is_time_setting, parse_time_setting, IdleLimits};
+pub use settings::{check_startup_setting, parse_time_setting, IdleLimits};
 mod write;
 
 /// What one statement produced.

@@ -381,11 +381,6 @@ fn timeout_value(v: &Expr, i: usize, default: Limit) -> Result<Limit> {
     }
 }
 
-/// Whether `name` is one of the time limits a session keeps.
-pub fn is_time_setting(name: &str) -> bool {
-    time_setting(name).is_some()
-}
-
 /// PostgreSQL's reading of a time limit given by its name (`statement_timeout`,
 /// `idle_in_transaction_session_timeout`, `idle_session_timeout`): a number of ms or a number
 /// with a unit (`us`, `ms`, `s`, `min`, `h`, `d`), rounded to whole ms; `Ok(None)` is 0, no
