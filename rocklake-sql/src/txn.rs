@@ -343,27 +343,40 @@ impl Txn {
     /// then make sure its definition is still stored. The commit expects the definition
     /// unchanged, so rows never land in a table dropped meanwhile.
     async fn guard(&mut self, rel: &RelDef, mode: Mode) -> Result<()> {
+        let name = rel.qualified();
+        self.lock_definition(rel.id, mode, &name, || {
+            SqlError::new(
+                state::UNDEFINED_TABLE,
+                format!("relation \"{name}\" does not exist: another session dropped it"),
+            )
+        })
+        .await
+    }
+
+    /// Lock relation `id` (a table or a schema, `name`) in `mode` until the transaction ends;
+    /// then its definition must still be stored (else `gone`), and the commit expects it
+    /// unchanged. One this transaction created or dropped needs no lock: no other sees it.
+    async fn lock_definition(
+        &mut self,
+        id: u64,
+        mode: Mode,
+        name: &str,
+        gone: impl FnOnce() -> SqlError,
+    ) -> Result<()> {
         self.writable()?;
-        if self.held.holds(rel.id, mode) {
+        if self.held.holds(id, mode) {
             return Ok(());
         }
-        let def = Bytes::from(row_key(tags::RELATION, &[rel.id]));
+        let def = Bytes::from(row_key(tags::RELATION, &[id]));
         if self.writes.contains_key(&def) {
-            // Created by this transaction: no other sees it.
             return Ok(());
         }
         self.held
-            .acquire(rel.id, mode, &rel.qualified(), self.stop.as_deref())
+            .acquire(id, mode, name, self.stop.as_deref())
             .await?;
         let stored = self.db.keyspace().backend().get(&def).await?;
         if stored.is_none() {
-            return Err(SqlError::new(
-                state::UNDEFINED_TABLE,
-                format!(
-                    "relation \"{}\" does not exist: another session dropped it",
-                    rel.qualified()
-                ),
-            ));
+            return Err(gone());
         }
         self.conds.entry(def).or_insert(stored);
         Ok(())
@@ -376,23 +389,13 @@ impl Txn {
     /// be stored (`3F000` when another session dropped it meanwhile), and the commit expects
     /// it unchanged. A schema this transaction created or dropped needs no lock.
     pub async fn guard_schema(&mut self, id: u64, name: &str, mode: Mode) -> Result<()> {
-        self.writable()?;
-        let def = Bytes::from(row_key(tags::RELATION, &[id]));
-        if self.writes.contains_key(&def) {
-            return Ok(());
-        }
-        self.held
-            .acquire(id, mode, name, self.stop.as_deref())
-            .await?;
-        let stored = self.db.keyspace().backend().get(&def).await?;
-        if stored.is_none() {
-            return Err(SqlError::new(
+        self.lock_definition(id, mode, name, || {
+            SqlError::new(
                 state::INVALID_SCHEMA_NAME,
                 format!("schema \"{name}\" does not exist"),
-            ));
-        }
-        self.conds.entry(def).or_insert(stored);
-        Ok(())
+            )
+        })
+        .await
     }
 
     /// Whether the store holds `key` now, this transaction's own writes included.
