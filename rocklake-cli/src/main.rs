@@ -208,9 +208,10 @@ enum Command {
         /// (PostgreSQL's idle_session_timeout; 0 is no limit, the default).
         #[arg(long, default_value = "0", value_parser = idle_setting("idle_session_timeout"))]
         idle_session_timeout: TimeLimit,
-        /// Memory all sessions' statements may hold at once (results while they are gathered,
-        /// and DataFusion's sorts, joins and aggregations), in PostgreSQL's units (512MB, 2GB);
-        /// a statement that would pass it fails with SQLSTATE 53200 and the others go on.
+        /// Memory all sessions' statements may hold at once (result batches until they are
+        /// sent, COPY FROM data until it lands, DataFusion's sorts, joins and aggregations),
+        /// in PostgreSQL's units (512MB, 2GB); a statement that would pass it fails with
+        /// SQLSTATE 53200 and the others go on.
         #[arg(long, default_value = "2GB", value_parser = memory_size)]
         max_memory: usize,
     },

@@ -109,22 +109,34 @@ fn login(addr: SocketAddr) -> Result<TcpStream, (String, String)> {
     }
 }
 
-/// Run one simple query on a logged-in session: Ok, or the error the server sent.
-fn query(s: &mut TcpStream, sql: &str) -> Result<(), (String, String)> {
+/// Run one simple query on a logged-in session: how many rows it sent (DataRow and CopyData
+/// messages), or the error the server sent.
+fn query(s: &mut TcpStream, sql: &str) -> Result<usize, (String, String)> {
     let mut packet = vec![b'Q'];
     packet.extend_from_slice(&((sql.len() + 5) as u32).to_be_bytes());
     packet.extend_from_slice(sql.as_bytes());
     packet.push(0);
     s.write_all(&packet).unwrap();
-    let mut error = None;
+    let (mut error, mut rows) = (None, 0);
     loop {
         let (kind, body) = message(s).map_err(|e| ("read".into(), e.to_string()))?;
         match kind {
             b'E' => error = Some(error_fields(&body)),
-            b'Z' => return error.map_or(Ok(()), Err),
+            b'D' | b'd' => rows += 1,
+            b'Z' => return error.map_or(Ok(rows), Err),
             _ => {}
         }
     }
+}
+
+/// The peak resident memory of process `pid` so far, in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"))
 }
 
 /// Whether the server has closed `s` (EOF or reset), waiting at most `wait`.
@@ -294,17 +306,54 @@ fn a_writer_command_beside_a_running_server_is_refused_unless_it_takes_over() {
     drop(server);
 }
 
-/// `--max-memory 16MB`: a statement whose result would pass it fails with 53200 and the
-/// session goes on; a size the flag cannot read is refused before anything is opened.
+/// `--max-memory 16MB`: a result of 200 MB (two million rows of 100 bytes) streams through
+/// it, as a SELECT and as a COPY TO, and the server's peak memory grows by far less than the
+/// result (it was gathered whole before, and failed with 53200 under this bound).
+#[test]
+fn a_result_past_max_memory_streams_through_it() {
+    let server = serve(1024, &["--max-memory", "16MB"]);
+    let mut s = login(server.addr).expect("a session");
+    let before = peak_rss_kib(server.child.id());
+    for (sql, what) in [
+        (
+            "SELECT repeat('x', 100) FROM generate_series(1, 2000000)",
+            "SELECT",
+        ),
+        (
+            "COPY (SELECT repeat('x', 100), value FROM generate_series(1, 2000000)) TO STDOUT",
+            "COPY TO",
+        ),
+        (
+            "COPY (SELECT repeat('x', 100), value FROM generate_series(1, 2000000)) \
+             TO STDOUT (FORMAT binary)",
+            "binary COPY TO",
+        ),
+    ] {
+        let rows = query(&mut s, sql).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        // The binary COPY's trailer is a CopyData of its own.
+        let trailer = usize::from(what == "binary COPY TO");
+        assert_eq!(rows, 2_000_000 + trailer, "{what}");
+    }
+    let grown = peak_rss_kib(server.child.id()).saturating_sub(before);
+    eprintln!("peak RSS grew by {grown} KiB while 3 results of 200 MB each were sent");
+    assert!(
+        grown < 96 << 10,
+        "the server's peak memory grew by {grown} KiB: a result was held whole"
+    );
+}
+
+/// `--max-memory 16MB`: a statement that needs more than that (one aggregate of 100 MB)
+/// fails with 53200 and the session goes on; a size the flag cannot read is refused before
+/// anything is opened.
 #[test]
 fn a_statement_past_max_memory_fails_with_53200() {
     let server = serve(1024, &["--max-memory", "16MB"]);
     let mut s = login(server.addr).expect("a session");
     let (code, message) = query(
         &mut s,
-        "SELECT repeat('x', 100) FROM generate_series(1, 2000000)",
+        "SELECT length(string_agg(repeat('x', 100), ',')) FROM generate_series(1, 1000000)",
     )
-    .expect_err("200 MB of results under a 16 MB bound");
+    .expect_err("an aggregate of 100 MB under a 16 MB bound");
     assert_eq!(
         (code.as_str(), message.as_str()),
         ("53200", "out of memory")
@@ -326,4 +375,77 @@ fn a_statement_past_max_memory_fails_with_53200() {
         !dir.path().join("c").exists(),
         "the store was created before the refusal"
     );
+}
+
+/// Send one frontend message.
+fn send(s: &mut TcpStream, kind: u8, body: &[u8]) {
+    let mut packet = vec![kind];
+    packet.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    packet.extend_from_slice(body);
+    s.write_all(&packet).unwrap();
+}
+
+/// `COPY t FROM STDIN` of `lines` lines of 100 bytes, in CopyData messages of 64 KiB: Ok, or
+/// the error the server sent.
+fn copy_lines(s: &mut TcpStream, lines: usize) -> Result<(), (String, String)> {
+    query_start(s, "COPY t FROM STDIN");
+    loop {
+        let (kind, body) = message(s).unwrap();
+        match kind {
+            b'G' => break,
+            b'E' => return Err(error_fields(&body)),
+            _ => {}
+        }
+    }
+    let line = format!("{}\n", "x".repeat(99));
+    let per_message = (64 << 10) / line.len();
+    let mut left = lines;
+    while left > 0 {
+        let n = left.min(per_message);
+        send(s, b'd', line.repeat(n).as_bytes());
+        left -= n;
+    }
+    send(s, b'c', b"");
+    let mut error = None;
+    loop {
+        let (kind, body) = message(s).unwrap();
+        match kind {
+            b'E' => error = Some(error_fields(&body)),
+            b'Z' => return error.map_or(Ok(()), Err),
+            _ => {}
+        }
+    }
+}
+
+/// Send a simple Query without reading its answer.
+fn query_start(s: &mut TcpStream, sql: &str) {
+    let mut body = sql.as_bytes().to_vec();
+    body.push(0);
+    send(s, b'Q', &body);
+}
+
+/// `--max-memory 16MB`: a `COPY FROM STDIN` of 64 MB fails with 53200 once the CopyDone
+/// comes, lands nothing, and the server does not hold the 64 MB meanwhile (it held every
+/// byte, then the rows decoded from them, before); a COPY within the bound lands whole, and
+/// the session goes on.
+#[test]
+fn a_copy_from_stdin_past_max_memory_fails_with_53200() {
+    let server = serve(1024, &["--max-memory", "16MB"]);
+    let mut s = login(server.addr).expect("a session");
+    query(&mut s, "CREATE TABLE t (s text)").expect("a table");
+    let before = peak_rss_kib(server.child.id());
+    let (code, message) = copy_lines(&mut s, 640_000).expect_err("64 MB under a 16 MB bound");
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("53200", "out of memory")
+    );
+    let grown = peak_rss_kib(server.child.id()).saturating_sub(before);
+    eprintln!("peak RSS grew by {grown} KiB while 64 MB of COPY data came");
+    assert!(
+        grown < 48 << 10,
+        "the server's peak memory grew by {grown} KiB: the COPY was held whole"
+    );
+    assert_eq!(query(&mut s, "SELECT s FROM t"), Ok(0), "nothing landed");
+    copy_lines(&mut s, 10_000).expect("1 MB within the bound");
+    assert_eq!(query(&mut s, "SELECT s FROM t"), Ok(10_000));
 }

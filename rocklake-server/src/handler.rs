@@ -33,11 +33,14 @@ use pgwire::messages::response::{
     CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus,
 };
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use rocklake_core::values::Value;
+use rocklake_sql::datafusion::arrow::array::RecordBatch;
 use rocklake_sql::datafusion::arrow::datatypes::{Field, SchemaRef};
+use rocklake_sql::datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use rocklake_sql::pg_types::{pg_type, pg_type_of, PgType};
 use rocklake_sql::session::Status;
 use rocklake_sql::types::SqlType;
-use rocklake_sql::{CopyFormat, Database, IdleLimits, Output, Session, SqlError};
+use rocklake_sql::{CopyFormat, Database, IdleLimits, Output, Piece, Session, SqlError};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::wire::{
@@ -45,9 +48,18 @@ use crate::wire::{
     COPY_SIGNATURE,
 };
 
-/// A `COPY ... FROM STDIN` in progress: its columns, its format, and the bytes received so
-/// far.
-type CopyIn = (Vec<(String, SqlType)>, CopyFormat, BytesMut);
+/// A `COPY ... FROM STDIN` in progress.
+struct CopyIn {
+    columns: Vec<(String, SqlType)>,
+    format: CopyFormat,
+    /// The bytes received so far (rows are decoded whole at CopyDone: all or nothing).
+    data: BytesMut,
+    /// `data`'s share of the database's memory pool, and then the decoded rows'.
+    reserved: MemoryReservation,
+    /// Why the COPY fails at CopyDone: the stream passed the memory bound (its bytes are
+    /// let go and the rest is read and dropped, as PostgreSQL drops a failed COPY's data).
+    refused: Option<SqlError>,
+}
 
 /// The handlers of one connection.
 pub(crate) struct Conn {
@@ -195,6 +207,152 @@ fn field_infos_as(schema: &SchemaRef, format: &Format) -> Vec<FieldInfo> {
         .collect()
 }
 
+/// How `COPY ... TO STDOUT` writes its rows: the format, each column's PostgreSQL type, and
+/// the bytes of the message being built.
+struct CopyOut {
+    format: CopyFormat,
+    types: Vec<PgType>,
+    buf: BytesMut,
+    /// Whether CopyOutResponse has gone out.
+    started: bool,
+}
+
+impl CopyOut {
+    /// Start a copy of `schema`'s columns: the text format's header line is the first chunk
+    /// (pushed to `chunks`); the binary header waits to go with the first row.
+    fn new(schema: &SchemaRef, format: CopyFormat, chunks: &mut Vec<Bytes>) -> CopyOut {
+        let types: Vec<PgType> = schema.fields().iter().map(|f| column_type(f).0).collect();
+        let mut buf = BytesMut::new();
+        if format.binary {
+            buf.extend_from_slice(COPY_SIGNATURE);
+            buf.put_u32(0);
+            buf.put_u32(0);
+        } else if format.header {
+            let names: Vec<String> = schema
+                .fields()
+                .iter()
+                .map(|f| {
+                    if format.csv {
+                        csv_quote(f.name(), &format)
+                    } else {
+                        copy_text_escape(f.name(), format.delimiter)
+                    }
+                })
+                .collect();
+            buf.extend_from_slice(names.join(&format.delimiter.to_string()).as_bytes());
+            buf.put_u8(b'\n');
+            chunks.push(buf.split().freeze());
+        }
+        CopyOut {
+            format,
+            types,
+            buf,
+            started: false,
+        }
+    }
+
+    /// `b`'s rows, one chunk each: clients such as DuckDB's postgres scanner decode each
+    /// CopyData as whole rows, as PostgreSQL sends them. A value the binary format cannot
+    /// carry is an error.
+    fn rows(&mut self, b: &RecordBatch, chunks: &mut Vec<Bytes>) -> Result<(), SqlError> {
+        let format = &self.format;
+        let buf = &mut self.buf;
+        for row in 0..b.num_rows() {
+            if format.binary {
+                buf.put_i16(b.num_columns() as i16);
+                for (col, ty) in b.columns().iter().zip(&self.types) {
+                    binary_value(buf, col.as_ref(), row, *ty)?;
+                }
+            } else {
+                let fields: Vec<String> = b
+                    .columns()
+                    .iter()
+                    .map(|c| match text_value(c.as_ref(), row) {
+                        None => format.null.clone(),
+                        Some(v) if format.csv => csv_quote(&v, format),
+                        Some(v) => copy_text_escape(&v, format.delimiter),
+                    })
+                    .collect();
+                buf.extend_from_slice(fields.join(&format.delimiter.to_string()).as_bytes());
+                buf.put_u8(b'\n');
+            }
+            chunks.push(buf.split().freeze());
+        }
+        Ok(())
+    }
+
+    /// Send CopyOutResponse if it has not gone out, then `chunks`.
+    async fn send<C>(&mut self, client: &mut C, chunks: Vec<Bytes>) -> PgWireResult<()>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !self.started {
+            self.started = true;
+            let n = self.types.len() as i16;
+            let binary = self.format.binary;
+            client
+                .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+                    i8::from(binary),
+                    n,
+                    vec![i16::from(binary); n as usize],
+                )))
+                .await?;
+        }
+        for c in chunks {
+            client
+                .feed(PgWireBackendMessage::CopyData(CopyData::new(c)))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// End the copy: the binary trailer (a message of its own), then CopyDone.
+    async fn finish<C>(mut self, client: &mut C) -> PgWireResult<()>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut chunks = Vec::new();
+        if self.format.binary {
+            self.buf.put_i16(-1);
+            chunks.push(self.buf.split().freeze());
+        }
+        self.send(client, chunks).await?;
+        client
+            .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
+            .await?;
+        Ok(())
+    }
+}
+
+/// A result being streamed to the client ([`Piece::Begin`] seen, [`Piece::End`] not yet).
+enum Streaming {
+    Rows,
+    Copy(CopyOut),
+}
+
+/// Text-format DataRows of `b`'s rows.
+async fn send_data_rows<C>(client: &mut C, b: &RecordBatch) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for row in 0..b.num_rows() {
+        let mut data = BytesMut::new();
+        for col in b.columns() {
+            text_field(&mut data, col.as_ref(), row);
+        }
+        client
+            .feed(PgWireBackendMessage::DataRow(DataRow::new(
+                data,
+                b.num_columns() as i16,
+            )))
+            .await?;
+    }
+    Ok(())
+}
+
 impl Conn {
     /// Send one statement's result.
     async fn send_output<C>(&self, client: &mut C, out: Output) -> PgWireResult<bool>
@@ -212,18 +370,7 @@ impl Conn {
                     )))
                     .await?;
                 for b in &batches {
-                    for row in 0..b.num_rows() {
-                        let mut data = BytesMut::new();
-                        for col in b.columns() {
-                            text_field(&mut data, col.as_ref(), row);
-                        }
-                        client
-                            .feed(PgWireBackendMessage::DataRow(DataRow::new(
-                                data,
-                                b.num_columns() as i16,
-                            )))
-                            .await?;
-                    }
+                    send_data_rows(client, b).await?;
                 }
             }
             Output::CopyOut {
@@ -231,88 +378,30 @@ impl Conn {
                 batches,
                 format,
             } => {
-                let binary = format.binary;
-                let types: Vec<PgType> = schema.fields().iter().map(|f| column_type(f).0).collect();
                 // Encode everything before the first message, so a value without a binary
-                // form is an ErrorResponse, not a broken COPY stream. One CopyData per row, as
-                // PostgreSQL sends them (the binary header goes with the first row, the
-                // trailer in a message of its own): clients such as DuckDB's postgres
-                // scanner decode each message as whole rows.
+                // form is an ErrorResponse, not a broken COPY stream.
                 let mut chunks: Vec<Bytes> = Vec::new();
-                let mut buf = BytesMut::new();
-                if binary {
-                    buf.extend_from_slice(COPY_SIGNATURE);
-                    buf.put_u32(0);
-                    buf.put_u32(0);
-                } else if format.header {
-                    let names: Vec<String> = schema
-                        .fields()
-                        .iter()
-                        .map(|f| {
-                            if format.csv {
-                                csv_quote(f.name(), &format)
-                            } else {
-                                copy_text_escape(f.name(), format.delimiter)
-                            }
-                        })
-                        .collect();
-                    buf.extend_from_slice(names.join(&format.delimiter.to_string()).as_bytes());
-                    buf.put_u8(b'\n');
-                    chunks.push(buf.split().freeze());
-                }
+                let mut copy = CopyOut::new(&schema, format, &mut chunks);
                 for b in &batches {
-                    for row in 0..b.num_rows() {
-                        if binary {
-                            buf.put_i16(b.num_columns() as i16);
-                            for (col, ty) in b.columns().iter().zip(&types) {
-                                binary_value(&mut buf, col.as_ref(), row, *ty)
-                                    .map_err(|e| user_error(&e))?;
-                            }
-                        } else {
-                            let fields: Vec<String> = b
-                                .columns()
-                                .iter()
-                                .map(|c| match text_value(c.as_ref(), row) {
-                                    None => format.null.clone(),
-                                    Some(v) if format.csv => csv_quote(&v, &format),
-                                    Some(v) => copy_text_escape(&v, format.delimiter),
-                                })
-                                .collect();
-                            buf.extend_from_slice(
-                                fields.join(&format.delimiter.to_string()).as_bytes(),
-                            );
-                            buf.put_u8(b'\n');
-                        }
-                        chunks.push(buf.split().freeze());
-                    }
+                    copy.rows(b, &mut chunks).map_err(|e| user_error(&e))?;
                 }
-                if binary {
-                    buf.put_i16(-1);
-                    chunks.push(buf.split().freeze());
-                }
-                let n = types.len() as i16;
-                client
-                    .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
-                        i8::from(binary),
-                        n,
-                        vec![i16::from(binary); n as usize],
-                    )))
-                    .await?;
-                for c in chunks {
-                    client
-                        .feed(PgWireBackendMessage::CopyData(CopyData::new(c)))
-                        .await?;
-                }
-                client
-                    .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
-                    .await?;
+                copy.send(client, chunks).await?;
+                copy.finish(client).await?;
             }
-            Output::Command(_) | Output::Show { .. } => {}
+            // A streamed result's rows (and a COPY's end) have gone out already.
+            Output::Command(_) | Output::Show { .. } | Output::Sent { .. } => {}
             Output::CopyIn { columns, format } => {
                 let n = columns.len() as i16;
                 let binary = format.binary;
-                *self.copy.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some((columns, format, BytesMut::new()));
+                let reserved = MemoryConsumer::new("the rows of a COPY FROM STDIN")
+                    .register(&self.db.memory_pool());
+                *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = Some(CopyIn {
+                    columns,
+                    format,
+                    data: BytesMut::new(),
+                    reserved,
+                    refused: None,
+                });
                 client
                     .feed(PgWireBackendMessage::CopyInResponse(CopyInResponse::new(
                         i8::from(binary),
@@ -331,6 +420,119 @@ impl Conn {
             .await?;
         Ok(false)
     }
+
+    /// Send what a simple Query's statements produce as it comes ([`Session::execute_streaming`]
+    /// hands it over): a streamed result's rows while the statement still runs, every
+    /// outcome in order. `true` when a `COPY ... FROM STDIN` now waits for the client's rows
+    /// (what followed it in the text did not run and is not answered).
+    async fn send_pieces<C>(
+        &self,
+        client: &mut C,
+        mut from: tokio::sync::mpsc::Receiver<Piece>,
+        sql: &str,
+    ) -> PgWireResult<bool>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut streaming: Option<Streaming> = None;
+        // A row the client's format could not carry: the statement fails with it at its end.
+        let mut failed: Option<SqlError> = None;
+        while let Some(piece) = from.recv().await {
+            match piece {
+                Piece::Begin { schema, copy } => {
+                    failed = None;
+                    streaming = Some(match copy {
+                        None => {
+                            client
+                                .feed(PgWireBackendMessage::RowDescription(row_description(
+                                    &schema, false,
+                                )))
+                                .await?;
+                            Streaming::Rows
+                        }
+                        Some(format) => {
+                            let mut header = Vec::new();
+                            let mut copy = CopyOut::new(&schema, format, &mut header);
+                            if !header.is_empty() {
+                                copy.send(client, header).await?;
+                            }
+                            Streaming::Copy(copy)
+                        }
+                    });
+                }
+                Piece::Rows(batch, _held) => match streaming.as_mut() {
+                    _ if failed.is_some() => {}
+                    Some(Streaming::Rows) => send_data_rows(client, &batch).await?,
+                    Some(Streaming::Copy(copy)) => {
+                        // A batch is encoded whole before any of it is sent: a value without
+                        // a binary form in the first batch fails the COPY before it starts.
+                        let mut chunks = Vec::new();
+                        match copy.rows(&batch, &mut chunks) {
+                            Ok(()) => copy.send(client, chunks).await?,
+                            Err(e) => failed = Some(e),
+                        }
+                    }
+                    None => {}
+                },
+                Piece::End(done) => {
+                    let outcome = match (streaming.take(), failed.take()) {
+                        (_, Some(e)) => Err(e),
+                        (Some(Streaming::Copy(copy)), None) => {
+                            copy.finish(client).await?;
+                            Ok(())
+                        }
+                        (Some(Streaming::Rows), None) | (None, None) => Ok(()),
+                    };
+                    // A statement that stopped waiting (cancelled meanwhile) needs no answer.
+                    let _ = done.send(outcome);
+                }
+                Piece::Done(Ok(out)) => {
+                    streaming = None;
+                    if self.send_output(client, out).await? {
+                        // COPY FROM STDIN: the client sends the rows next.
+                        return Ok(true);
+                    }
+                }
+                Piece::Done(Err(e)) => {
+                    streaming = None;
+                    self.log_failure(&e, sql);
+                    client
+                        .feed(PgWireBackendMessage::ErrorResponse(error_info(&e).into()))
+                        .await?;
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Log a failed statement: a refused commit (how concurrent DuckLake writers learn they
+    /// lost a race) at info, anything else at warn with its SQL.
+    fn log_failure(&self, e: &SqlError, sql: &str) {
+        if e.code == "23505" || e.code == "40001" {
+            tracing::info!(peer = %self.peer, code = e.code, error = %e.message, "commit refused");
+        } else {
+            let shown: String = sql.chars().take(300).collect();
+            tracing::warn!(peer = %self.peer, code = e.code, error = %e.message, sql = %shown, "statement failed");
+        }
+    }
+}
+
+/// About how much memory decoded COPY rows hold.
+fn rows_size(rows: &[Vec<Value>]) -> usize {
+    let heap = |v: &Value| match v {
+        Value::Text(t) => t.capacity(),
+        Value::Bytes(b) => b.capacity(),
+        _ => 0,
+    };
+    rows.iter()
+        .map(|r| {
+            std::mem::size_of::<Vec<Value>>()
+                + r.capacity() * std::mem::size_of::<Value>()
+                + r.iter().map(heap).sum::<usize>()
+        })
+        .sum()
 }
 
 /// A CSV field as PostgreSQL writes it: quoted when it holds the delimiter, the quote, a
@@ -412,9 +614,16 @@ impl SimpleQueryHandler for Conn {
                 .get::<Arc<ConnectionHandle>>()
                 .map(|h| (*h).clone());
             let cancel = watch_cancel(handle, &session).await;
-            let results = session.execute(&sql).await;
+            // The statements run while their results go out: a large result passes through
+            // a few batches of memory instead of being gathered whole first.
+            let (to, from) = tokio::sync::mpsc::channel::<Piece>(2);
+            let (_, sent) = tokio::join!(
+                session.execute_streaming(&sql, to),
+                self.send_pieces(client, from, &sql)
+            );
             drop(cancel);
-            // Where this message's time went in the SQL layer (`RUST_LOG=rocklake_server=debug`).
+            // Where this message's time went in the SQL layer (`RUST_LOG=rocklake_server=debug`);
+            // the time spent sending is in it.
             tracing::debug!(
                 peer = %self.peer,
                 micros = started.elapsed().as_micros() as u64,
@@ -422,36 +631,10 @@ impl SimpleQueryHandler for Conn {
                 phases = %session.phases().since(&phases).render(1),
                 "query phases"
             );
-            let sending = std::time::Instant::now();
-            for r in results {
-                match r {
-                    Ok(out) => {
-                        if self.send_output(client, out).await? {
-                            // COPY FROM STDIN: the client sends the rows next.
-                            client.flush().await?;
-                            return Ok(());
-                        }
-                    }
-                    Err(e) => {
-                        let shown: String = sql.chars().take(300).collect();
-                        if e.code == "23505" || e.code == "40001" {
-                            // How concurrent DuckLake writers learn they lost a race.
-                            tracing::info!(peer = %self.peer, code = e.code, error = %e.message, "commit refused");
-                        } else {
-                            tracing::warn!(peer = %self.peer, code = e.code, error = %e.message, sql = %shown, "statement failed");
-                        }
-                        client
-                            .feed(PgWireBackendMessage::ErrorResponse(error_info(&e).into()))
-                            .await?;
-                    }
-                }
+            if sent? {
+                client.flush().await?;
+                return Ok(());
             }
-            // Encoding the results into messages, apart from the statement's own time above.
-            tracing::debug!(
-                peer = %self.peer,
-                micros = sending.elapsed().as_micros() as u64,
-                "query sent"
-            );
             tracing::trace!(peer = %self.peer, elapsed_us = started.elapsed().as_micros() as u64, "query");
         }
         self.publish(&session);
@@ -486,8 +669,19 @@ impl CopyHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if let Some((_, _, buf)) = self.copy.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            buf.extend_from_slice(&data.data);
+        let mut copy = self.copy.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(c) = copy.as_mut().filter(|c| c.refused.is_none()) else {
+            return Ok(());
+        };
+        // The bytes held until CopyDone count in the memory pool, so a COPY stream larger
+        // than the server's bound fails with 53200 instead of taking the process's memory.
+        match c.reserved.try_grow(data.data.len()) {
+            Ok(()) => c.data.extend_from_slice(&data.data),
+            Err(e) => {
+                c.refused = Some(SqlError::from(e));
+                c.data = BytesMut::new();
+                c.reserved.free();
+            }
         }
         Ok(())
     }
@@ -505,27 +699,51 @@ impl CopyHandler for Conn {
                 "08P01",
                 "CopyDone without a COPY in progress",
             )),
-            Some((columns, format, data)) => match if format.binary {
-                decode_copy_binary(&data, &columns)
-            } else if format.csv {
-                decode_copy_csv(&data, &columns, &format)
-            } else {
-                // A HEADER line is skipped (PostgreSQL 15 reads no more of it than that).
-                let body = if format.header {
-                    data.iter()
-                        .position(|b| *b == b'\n')
-                        .map_or(&data[data.len()..], |i| &data[i + 1..])
+            Some(CopyIn {
+                refused: Some(e), ..
+            }) => {
+                session.copy_fail(&e.message).await;
+                Err(e)
+            }
+            Some(CopyIn {
+                columns,
+                format,
+                data,
+                reserved,
+                refused: None,
+            }) => {
+                let decoded = if format.binary {
+                    decode_copy_binary(&data, &columns)
+                } else if format.csv {
+                    decode_copy_csv(&data, &columns, &format)
                 } else {
-                    &data[..]
+                    // A HEADER line is skipped (PostgreSQL 15 reads no more of it than that).
+                    let body = if format.header {
+                        data.iter()
+                            .position(|b| *b == b'\n')
+                            .map_or(&data[data.len()..], |i| &data[i + 1..])
+                    } else {
+                        &data[..]
+                    };
+                    decode_copy_text(body, &columns, &format.null, format.delimiter)
                 };
-                decode_copy_text(body, &columns, &format.null, format.delimiter)
-            } {
-                Ok(rows) => session.copy_in(rows).await,
-                Err(e) => {
-                    session.copy_fail(&e.message).await;
-                    Err(e)
-                }
-            },
+                // The decoded rows count in the pool in place of the bytes, which go.
+                let decoded = decoded.and_then(|rows| {
+                    reserved.try_grow(rows_size(&rows))?;
+                    reserved.shrink(data.len());
+                    drop(data);
+                    Ok(rows)
+                });
+                let r = match decoded {
+                    Ok(rows) => session.copy_in(rows).await,
+                    Err(e) => {
+                        session.copy_fail(&e.message).await;
+                        Err(e)
+                    }
+                };
+                drop(reserved);
+                r
+            }
         };
         client.set_transaction_status(status_of(session.status()));
         self.publish(&session);

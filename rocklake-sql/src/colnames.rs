@@ -150,35 +150,62 @@ pub(crate) fn rename_columns(
     batches: Vec<RecordBatch>,
     names: &[Option<String>],
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let n = schema.fields().len();
-    if names.is_empty() || names.len() > n + 1 {
+    let Some(renamer) = Renamer::new(schema.fields().len(), names) else {
         return Ok((schema, batches));
-    }
-    let star = names.iter().position(|x| x.as_deref() == Some("\0*"));
-    let mut per_field: Vec<Option<String>> = Vec::with_capacity(n);
-    match star {
-        None if names.len() == n => per_field.extend(names.iter().cloned()),
-        None => return Ok((schema, batches)),
-        Some(at) => {
-            let span = n + 1 - names.len();
-            per_field.extend(names[..at].iter().cloned());
-            per_field.extend(std::iter::repeat_n(None, span));
-            per_field.extend(names[at + 1..].iter().cloned());
+    };
+    // The batches' own schema: execution may have settled a type the plan left open (a
+    // NULL column of a UNION's first branch).
+    let renamed = renamer.schema(&batches.first().map_or(schema, |b| b.schema()));
+    let batches = batches
+        .into_iter()
+        .map(|b| renamer.batch(&b))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((renamed, batches))
+}
+
+/// PostgreSQL's names for a result's columns, applied to its schema and to each of its
+/// batches as they come (a streamed result is renamed batch by batch).
+pub(crate) struct Renamer {
+    per_field: Vec<Option<String>>,
+    /// `\0int4`: an integer constant, `?column?` of type integer as in PostgreSQL.
+    int4: Vec<bool>,
+}
+
+impl Renamer {
+    /// The renaming of a result of `n` columns to `names` ([`pg_column_names`]); `None` when
+    /// it keeps every name.
+    pub(crate) fn new(n: usize, names: &[Option<String>]) -> Option<Renamer> {
+        if names.is_empty() || names.len() > n + 1 {
+            return None;
         }
+        let star = names.iter().position(|x| x.as_deref() == Some("\0*"));
+        let mut per_field: Vec<Option<String>> = Vec::with_capacity(n);
+        match star {
+            None if names.len() == n => per_field.extend(names.iter().cloned()),
+            None => return None,
+            Some(at) => {
+                let span = n + 1 - names.len();
+                per_field.extend(names[..at].iter().cloned());
+                per_field.extend(std::iter::repeat_n(None, span));
+                per_field.extend(names[at + 1..].iter().cloned());
+            }
+        }
+        if per_field.iter().all(Option::is_none) {
+            return None;
+        }
+        let int4 = per_field
+            .iter()
+            .map(|n| n.as_deref() == Some("\0int4"))
+            .collect();
+        Some(Renamer { per_field, int4 })
     }
-    if per_field.iter().all(Option::is_none) {
-        return Ok((schema, batches));
-    }
-    // `\0int4`: an integer constant, `?column?` of type integer as in PostgreSQL.
-    let int4: Vec<bool> = per_field
-        .iter()
-        .map(|n| n.as_deref() == Some("\0int4"))
-        .collect();
-    let rename = |schema: &SchemaRef| -> SchemaRef {
+
+    /// `schema` with the new names.
+    pub(crate) fn schema(&self, schema: &SchemaRef) -> SchemaRef {
         let fields: Vec<datafusion::arrow::datatypes::Field> = schema
             .fields()
             .iter()
-            .zip(&per_field)
+            .zip(&self.per_field)
             .map(|(f, name)| match name.as_deref() {
                 Some("\0int4") if f.data_type() == &DataType::Int64 => f
                     .as_ref()
@@ -194,31 +221,24 @@ pub(crate) fn rename_columns(
             fields,
             schema.metadata().clone(),
         ))
-    };
-    // The batches' own schema: execution may have settled a type the plan left open (a
-    // NULL column of a UNION's first branch).
-    let renamed = match batches.first() {
-        Some(b) => rename(&b.schema()),
-        None => rename(&schema),
-    };
-    let batches = batches
-        .into_iter()
-        .map(|b| {
-            let columns = b
-                .columns()
-                .iter()
-                .zip(&int4)
-                .map(|(c, small)| {
-                    if *small && c.data_type() == &DataType::Int64 {
-                        datafusion::arrow::compute::cast(c, &DataType::Int32)
-                    } else {
-                        Ok(c.clone())
-                    }
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            RecordBatch::try_new(rename(&b.schema()), columns)
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| SqlError::internal(format!("renaming result columns: {e}")))?;
-    Ok((renamed, batches))
+    }
+
+    /// `b` with the new names, an integer constant's column cast to `int4`.
+    pub(crate) fn batch(&self, b: &RecordBatch) -> Result<RecordBatch> {
+        let columns = b
+            .columns()
+            .iter()
+            .zip(&self.int4)
+            .map(|(c, small)| {
+                if *small && c.data_type() == &DataType::Int64 {
+                    datafusion::arrow::compute::cast(c, &DataType::Int32)
+                } else {
+                    Ok(c.clone())
+                }
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .and_then(|columns| RecordBatch::try_new(self.schema(&b.schema()), columns))
+            .map_err(|e| SqlError::internal(format!("renaming result columns: {e}")))?;
+        Ok(columns)
+    }
 }

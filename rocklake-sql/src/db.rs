@@ -56,8 +56,8 @@ pub struct Database {
     locks: Arc<Locks>,
     /// Parses kept by the shape of their text, for every session.
     parses: ParseCache,
-    /// The memory every session's statements share: DataFusion's operators and the results
-    /// being gathered reserve from it (see [`Database::limit_memory`]).
+    /// The memory every session's statements share: DataFusion's operators, results until
+    /// they are sent and COPY FROM data reserve from it (see [`Database::limit_memory`]).
     memory: RwLock<Arc<dyn MemoryPool>>,
 }
 
@@ -107,8 +107,8 @@ impl Database {
     }
 
     /// Bound the memory that the statements of every session created from now on hold at
-    /// once (their results while being gathered, and DataFusion's sorts, joins and
-    /// aggregations) to `bytes`, shared fairly among the statements that need it. A
+    /// once (their results until sent, and DataFusion's sorts, joins and aggregations) to
+    /// `bytes`, shared fairly among the statements that need it. A
     /// statement that would pass it fails with `53200` (out of memory) and the others go on.
     /// Call before the first session; without a call there is no bound.
     pub fn limit_memory(&self, bytes: usize) {

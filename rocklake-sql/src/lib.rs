@@ -64,4 +64,4 @@ pub use db::Database;
 pub use direct::DirectMode;
 pub use error::{Result, SqlError};
 pub use phases::{Phase, PhaseSnapshot};
-pub use session::{parse_time_setting, Clock, IdleLimits, Output, Session, Status};
+pub use session::{parse_time_setting, Clock, Held, IdleLimits, Output, Piece, Session, Status};

@@ -158,7 +158,8 @@ fn print_output(out: &Output, json: bool) {
                 println!("({n} row{})", if n == 1 { "" } else { "s" });
             }
         }
-        Output::CopyIn { .. } | Output::Show { .. } => {}
+        // The shell gathers every result (`Session::execute`): nothing is ever sent ahead.
+        Output::CopyIn { .. } | Output::Show { .. } | Output::Sent { .. } => {}
         Output::Command(tag) => {
             if json {
                 println!("{}", json!({"tag": tag}));

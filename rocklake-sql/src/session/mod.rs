@@ -82,6 +82,14 @@ pub enum Output {
         /// Its value, as PostgreSQL shows it (`5s`, `0`).
         value: String,
     },
+    /// A result already handed over piece by piece ([`Session::execute_streaming`]): how many
+    /// rows it had, and for `COPY ... TO STDOUT` its format.
+    Sent {
+        /// Its rows.
+        rows: usize,
+        /// `Some` for COPY TO: the caller ends the copy.
+        copy: Option<CopyFormat>,
+    },
     /// `COPY table [(columns)] FROM STDIN`: the caller now sends the rows with
     /// [`Session::copy_in`] (or gives up with [`Session::copy_fail`]); the text's later
     /// statements, if any, did not run.
@@ -101,6 +109,7 @@ impl Output {
                 batches.iter().map(|b| b.num_rows()).sum()
             }
             Output::Show { .. } => 1,
+            Output::Sent { rows, .. } => *rows,
             Output::Command(_) | Output::CopyIn { .. } => 0,
         }
     }
@@ -132,7 +141,10 @@ impl Output {
     pub fn tag(&self) -> String {
         match self {
             Output::Rows { .. } => format!("SELECT {}", self.row_count()),
-            Output::CopyOut { .. } => format!("COPY {}", self.row_count()),
+            Output::CopyOut { .. } | Output::Sent { copy: Some(_), .. } => {
+                format!("COPY {}", self.row_count())
+            }
+            Output::Sent { copy: None, rows } => format!("SELECT {rows}"),
             Output::Command(t) => t.clone(),
             Output::CopyIn { .. } => "COPY".into(),
             Output::Show { .. } => "SHOW".into(),
@@ -150,6 +162,34 @@ pub enum Status {
     /// `E`: inside a failed block; only ROLLBACK (or COMMIT, which rolls back) is accepted.
     Failed,
 }
+
+/// A piece of what a text's statements produce, handed over as it comes
+/// ([`Session::execute_streaming`]).
+#[derive(Debug)]
+pub enum Piece {
+    /// A result whose rows follow as [`Piece::Rows`]: its columns, and for `COPY ... TO
+    /// STDOUT` its format.
+    Begin {
+        /// Its columns, with PostgreSQL's names.
+        schema: SchemaRef,
+        /// `Some` for COPY TO.
+        copy: Option<CopyFormat>,
+    },
+    /// Rows of the result begun last; the memory they hold stays counted in the database's
+    /// pool until the piece is dropped.
+    Rows(RecordBatch, Held),
+    /// The result's rows are all handed over; the statement waits for the answer. An error
+    /// (a row the client's format cannot carry) fails the statement as its own would, and the
+    /// session's [`Piece::Done`] for it follows.
+    End(tokio::sync::oneshot::Sender<Result<()>>),
+    /// One statement's outcome: [`Output::Sent`] after its pieces, or any other output or
+    /// error. The first error ends the text.
+    Done(Result<Output>),
+}
+
+/// The share of the database's memory pool that a [`Piece::Rows`] holds until dropped.
+#[derive(Debug)]
+pub struct Held(#[allow(dead_code)] datafusion::execution::memory_pool::MemoryReservation);
 
 /// One session (a connection, or the local shell).
 pub struct Session {
@@ -176,6 +216,8 @@ pub struct Session {
     settings: settings::Settings,
     /// Stops the running statement's plan (a cancel request, the statement timeout).
     interrupt: Arc<Interrupt>,
+    /// Where results go as they are produced, while [`Session::execute_streaming`] runs.
+    stream: Option<tokio::sync::mpsc::Sender<Piece>>,
 }
 
 /// Where a session reads the time from (µs since 1970).
@@ -254,6 +296,7 @@ impl Session {
             nulls,
             settings: settings::Settings::default(),
             interrupt: Arc::new(Interrupt::default()),
+            stream: None,
         }
     }
 
@@ -299,6 +342,35 @@ impl Session {
     /// ends the text (later statements do not run), as PostgreSQL's simple query does.
     pub async fn execute(&mut self, sql: &str) -> Vec<Result<Output>> {
         self.run_statements(sql, &[]).await
+    }
+
+    /// Run `sql` as [`Session::execute`] does, handing each outcome to `to` as soon as it is
+    /// known ([`Piece::Done`]). A query that DataFusion plans (and a `COPY (query) TO STDOUT`
+    /// of one) is not gathered: its rows go to `to` batch by batch while it runs, each counted
+    /// in the memory pool until the receiver drops it, so a result of any size passes through
+    /// a bounded amount of memory (`to`'s capacity in batches). Sending waits while the
+    /// receiver is full, and a cancel or `statement_timeout` still stops the statement then.
+    /// A receiver that is gone fails the statement (`08006`), and nothing of it lands.
+    pub async fn execute_streaming(&mut self, sql: &str, to: tokio::sync::mpsc::Sender<Piece>) {
+        self.stream = Some(to);
+        let rest = self.run_statements(sql, &[]).await;
+        if let Some(to) = self.stream.take() {
+            for r in rest {
+                if to.send(Piece::Done(r)).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Hand the outcomes gathered so far to the streaming receiver, if there is one.
+    async fn hand_over(&self, out: &mut Vec<Result<Output>>) {
+        if let Some(to) = &self.stream {
+            for r in out.drain(..) {
+                // A receiver that is gone has stopped listening: nothing to tell it.
+                let _ = to.send(Piece::Done(r)).await;
+            }
+        }
     }
 
     async fn run_statements(&mut self, sql: &str, params: &[Expr]) -> Vec<Result<Output>> {
@@ -351,6 +423,7 @@ impl Session {
                     return out;
                 }
             }
+            self.hand_over(&mut out).await;
         }
         if implicit && self.status == Status::Idle && self.copy.is_none() {
             if let Err(e) = self.commit_txn().await {
@@ -601,8 +674,7 @@ impl Session {
                             let n = self.with_txn(async |t| t.stored_bytes().await).await?;
                             self.shared.database_size.store(n, Ordering::Release);
                         }
-                        let (schema, batches) = self.query(*q).await?;
-                        Ok(Output::Rows { schema, batches })
+                        self.rows_out(*q, None).await
                     }
                 }
             }
@@ -660,12 +732,7 @@ impl Session {
                         }
                     }
                 };
-                let (schema, batches) = self.query(*q).await?;
-                Ok(Output::CopyOut {
-                    schema,
-                    batches,
-                    format,
-                })
+                self.rows_out(*q, Some(format)).await
             }
             Statement::Copy {
                 source:

@@ -8,19 +8,30 @@ use std::time::Instant;
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::execution::memory_pool::MemoryConsumer;
-use datafusion::physical_plan::execute_stream;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use futures::StreamExt;
+use tokio::sync::mpsc::Sender;
 
-use super::Session;
-use crate::colnames::{alias_repeated, pg_column_names, rename_columns};
+use super::{Held, Output, Piece, Session};
+use crate::colnames::{alias_repeated, pg_column_names, rename_columns, Renamer};
+use crate::copy::CopyFormat;
 use crate::direct::{self, DirectMode};
 use crate::error::{Result, SqlError};
 use crate::phases::Phase;
 use crate::relation::KEY_COLUMN;
 use crate::rewrite::{mentions_ctid, reads_system_catalogs_only, strip_collate};
+
+/// The error of a statement whose rows had nowhere to go: the client is gone.
+fn client_gone() -> SqlError {
+    SqlError::new(
+        "08006",
+        "the connection ended while the result was being sent",
+    )
+}
 
 /// PostgreSQL's bound on a query's result columns (`MaxTupleAttributeNumber`); a wider result
 /// is refused before it runs, and a row description can always count its columns.
@@ -37,10 +48,45 @@ fn check_width(schema: &SchemaRef) -> Result<()> {
     Ok(())
 }
 
+/// A query's rows: gathered, or already handed to the streaming receiver.
+enum Answer {
+    Gathered(SchemaRef, Vec<RecordBatch>),
+    Sent(usize),
+}
+
 impl Session {
+    /// A query's result as a statement's output: a result set, or `COPY ... TO STDOUT`'s rows
+    /// in `copy`'s format. While [`Session::execute_streaming`] runs, a query DataFusion plans
+    /// is sent as it runs ([`Output::Sent`]); the direct path's answers and the system
+    /// catalogs' kept ones are gathered.
+    pub(super) async fn rows_out(&self, q: Query, copy: Option<CopyFormat>) -> Result<Output> {
+        let to = self.stream.as_ref().map(|to| (to, copy.clone()));
+        Ok(match (self.answer(q, to).await?, copy) {
+            (Answer::Sent(rows), copy) => Output::Sent { rows, copy },
+            (Answer::Gathered(schema, batches), None) => Output::Rows { schema, batches },
+            (Answer::Gathered(schema, batches), Some(format)) => Output::CopyOut {
+                schema,
+                batches,
+                format,
+            },
+        })
+    }
+
+    /// Plan and run a query, gathering its rows.
+    pub(super) async fn query(&self, q: Query) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        match self.answer(q, None).await? {
+            Answer::Gathered(schema, batches) => Ok((schema, batches)),
+            Answer::Sent(_) => Err(SqlError::internal("a gathered query's rows were sent")),
+        }
+    }
+
     /// Plan and run a query: a single-table read on the direct path, anything else through
-    /// DataFusion.
-    pub(super) async fn query(&self, mut q: Query) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    /// DataFusion, whose rows go to `to` as they come when it is given.
+    async fn answer(
+        &self,
+        mut q: Query,
+        to: Option<(&Sender<Piece>, Option<CopyFormat>)>,
+    ) -> Result<Answer> {
         let ctid = mentions_ctid(&q);
         strip_collate(&mut q);
         let names = pg_column_names(&q);
@@ -61,7 +107,7 @@ impl Session {
                     let general = rename_columns(schema, batches, &names)?;
                     same_answer("a SELECT", &out, &general, true)?;
                 }
-                return Ok(out);
+                return Ok(Answer::Gathered(out.0, out.1));
             }
         }
         // A query of the system catalogs alone (DuckDB's postgres extension asks several per
@@ -77,7 +123,13 @@ impl Session {
             self.shared
                 .system_answers_reused
                 .fetch_add(1, Ordering::Relaxed);
-            return Ok(hit);
+            return Ok(Answer::Gathered(hit.0, hit.1));
+        }
+        if let (Some((to, copy)), None) = (to, &key) {
+            let rows = self
+                .plan_and_send(Statement::Query(Box::new(q)), ctid, &names, to, copy)
+                .await?;
+            return Ok(Answer::Sent(rows));
         }
         let (schema, batches) = self
             .plan_and_collect(Statement::Query(Box::new(q)), ctid, false)
@@ -86,7 +138,7 @@ impl Session {
         if let Some(k) = key {
             self.db.keep_system_answer(k, catalog, out.clone());
         }
-        Ok(out)
+        Ok(Answer::Gathered(out.0, out.1))
     }
 
     /// A SELECT of constants without FROM, on the direct path when it can evaluate them.
@@ -165,12 +217,14 @@ impl Session {
         .ok()
     }
 
-    pub(super) async fn plan_and_collect(
+    /// Plan `stmt` for DataFusion to run: its columns as the client is told them, its
+    /// physical plan (stopped by the session's interrupt) and the context to run it in.
+    async fn plan(
         &self,
         stmt: Statement,
         ctid: bool,
         key: bool,
-    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    ) -> Result<(SchemaRef, Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
         // One copy of DataFusion's session state serves planning and execution (each
         // `SessionContext::state()` clones every function registry).
         let state = self.ctx.state();
@@ -199,9 +253,18 @@ impl Session {
         );
         let physical = crate::interrupt::interruptible(physical?, &self.interrupt)?;
         let schema = resolve_null_types(schema, &physical.schema());
+        Ok((schema, physical, state.task_ctx()))
+    }
+
+    pub(super) async fn plan_and_collect(
+        &self,
+        stmt: Statement,
+        ctid: bool,
+        key: bool,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let (schema, physical, ctx) = self.plan(stmt, ctid, key).await?;
         // Gathered batch by batch, each reserved from the database's memory pool first, so a
         // result too large for it fails with 53200 rather than taking the process's memory.
-        let ctx = state.task_ctx();
         let reservation =
             MemoryConsumer::new("the result of a statement").register(ctx.memory_pool());
         let mut stream = execute_stream(physical, ctx)?;
@@ -212,6 +275,66 @@ impl Session {
             batches.push(batch);
         }
         Ok((schema, batches))
+    }
+
+    /// Plan and run `stmt`, handing its rows to `to` batch by batch as they come (after a
+    /// [`Piece::Begin`] with PostgreSQL's column names), then waiting for the receiver to say
+    /// they all went out. Each batch is reserved from the memory pool until the receiver
+    /// drops it. Answers the number of rows.
+    async fn plan_and_send(
+        &self,
+        stmt: Statement,
+        ctid: bool,
+        names: &[Option<String>],
+        to: &Sender<Piece>,
+        copy: Option<CopyFormat>,
+    ) -> Result<usize> {
+        let (schema, physical, ctx) = self.plan(stmt, ctid, false).await?;
+        let reservation = MemoryConsumer::new("a result being sent").register(ctx.memory_pool());
+        let mut stream = execute_stream(physical, ctx)?;
+        let renamer = Renamer::new(schema.fields().len(), names);
+        let mut next = stream.next().await.transpose()?;
+        // As a gathered result is named: from its first batch's own schema, where execution
+        // may have settled a type the plan left open.
+        let schema = match &renamer {
+            Some(r) => r.schema(&next.as_ref().map_or(schema, |b| b.schema())),
+            None => schema,
+        };
+        self.send_piece(to, Piece::Begin { schema, copy }).await?;
+        let mut rows = 0;
+        while let Some(batch) = next {
+            let batch = match &renamer {
+                Some(r) => r.batch(&batch)?,
+                None => batch,
+            };
+            let size = batch.get_array_memory_size();
+            reservation.try_grow(size)?;
+            let held = Held(reservation.split(size));
+            rows += batch.num_rows();
+            self.send_piece(to, Piece::Rows(batch, held)).await?;
+            next = stream.next().await.transpose()?;
+        }
+        let (done, sent) = tokio::sync::oneshot::channel();
+        self.send_piece(to, Piece::End(done)).await?;
+        match sent.await {
+            Ok(r) => r.map(|()| rows),
+            Err(_) => Err(client_gone()),
+        }
+    }
+
+    /// Hand `piece` to `to`, waiting while it is full; a cancel or the statement's timeout
+    /// still stops the statement meanwhile.
+    async fn send_piece(&self, to: &Sender<Piece>, piece: Piece) -> Result<()> {
+        loop {
+            match tokio::time::timeout(std::time::Duration::from_millis(50), to.reserve()).await {
+                Ok(Ok(permit)) => {
+                    permit.send(piece);
+                    return Ok(());
+                }
+                Ok(Err(_)) => return Err(client_gone()),
+                Err(_) => self.interrupt.check()?,
+            }
+        }
     }
 
     /// The rows an UPDATE or DELETE changes: the direct path's batch when it has one (checked
