@@ -109,6 +109,18 @@ impl<E: Engine> EngineBackend<E> {
         &self.engine
     }
 
+    /// Bound what the views of an engine without snapshots hold at once (their undo
+    /// overlays; [`crate::overlay::DEFAULT_VIEW_MEMORY`] unless set): past it the views holding
+    /// the most are let go, and reads through them fail with [`Error::SnapshotTooOld`].
+    pub fn limit_view_memory(&self, bytes: usize) {
+        self.overlays.set_limit(bytes);
+    }
+
+    /// What the open views' undo overlays hold now, in bytes (0 on an engine with snapshots).
+    pub fn view_memory(&self) -> usize {
+        self.overlays.held_bytes()
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(AtomicOrdering::Acquire) {
             return Err(Error::Closed);

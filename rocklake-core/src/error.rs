@@ -132,6 +132,12 @@ pub enum Error {
     /// The engine named in a URL is not compiled into this binary.
     #[error("{0}")]
     Unsupported(String),
+    /// A view kept for an engine without snapshots (sled's undo overlay) was let go because
+    /// the old values it held for the writes made since it was taken passed the bound on all
+    /// such views' memory; it can no longer be read. Nothing was written. Begin again for a
+    /// newer view. SQLSTATE `72000` (PostgreSQL's `snapshot too old`) on the wire.
+    #[error("snapshot too old: {0}")]
+    SnapshotTooOld(String),
 }
 
 impl Error {
@@ -155,6 +161,7 @@ impl Error {
             Error::Conflict { .. } | Error::ConditionFailed { .. } => "40001",
             Error::PermissionDenied(_) => "42501",
             Error::NotFound(_) => "42P01",
+            Error::SnapshotTooOld(_) => "72000",
             _ => "XX000",
         }
     }
@@ -177,6 +184,7 @@ impl Error {
             Error::PermissionDenied(_) => ErrorKind::PermissionDenied,
             Error::Engine { .. } => ErrorKind::Engine,
             Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::SnapshotTooOld(_) => ErrorKind::SnapshotTooOld,
         }
     }
 
@@ -235,6 +243,8 @@ pub enum ErrorKind {
     Engine,
     /// [`Error::Unsupported`].
     Unsupported,
+    /// [`Error::SnapshotTooOld`].
+    SnapshotTooOld,
 }
 
 impl std::fmt::Display for ErrorKind {

@@ -23,29 +23,72 @@
 //! The cost: while a view is open, each write reads the old value of every key it touches, and
 //! each view holds the old value of every key written during its life. Transactions and readers
 //! keep views short, which keeps both small. With no view open, writes pay nothing.
+//!
+//! A view left open (an idle transaction) while writers go on would hold ever more. So all open
+//! views' overlays share one bound ([`DEFAULT_VIEW_MEMORY`], [`Overlays::set_limit`]): a write
+//! that takes them past it lets go of the views holding the most until they fit again. A view
+//! let go is emptied at once, and every later read through it fails with
+//! [`Error::SnapshotTooOld`] (PostgreSQL's `old_snapshot_threshold` gives the same error);
+//! nothing is ever read from it half-patched.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::backend::{lend, BatchOp, KeyRange, KvPair, Order, ReadView, Visitor};
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// The default bound on what all open views' overlays hold at once: 512 MiB.
+pub const DEFAULT_VIEW_MEMORY: usize = 512 << 20;
+
+/// What an overlay entry costs beyond its key's and value's bytes (the map's node, the
+/// `Bytes` handles), counted against the bound.
+const ENTRY_OVERHEAD: usize = 64;
 
 /// One view's undo overlay: key -> its value when the view was taken (`None`: absent).
 type Undo = BTreeMap<Bytes, Option<Bytes>>;
 
 /// The state of one open view.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     undo: Mutex<Undo>,
     /// Set, before the store changes, by the first write recorded here: until then the live
     /// store is exactly the view.
     dirty: AtomicBool,
+    /// What `undo` holds, counted as [`ENTRY_OVERHEAD`] plus key and value bytes per entry.
+    bytes: AtomicUsize,
+    /// Let go past the bound (set under `undo`'s lock, which it empties): reads fail.
+    expired: AtomicBool,
+    opened: Instant,
+}
+
+impl State {
+    /// Empty the overlay and fail every later read (see the module docs).
+    fn expire(&self) {
+        let mut undo = lock(&self.undo);
+        self.expired.store(true, AtomicOrdering::SeqCst);
+        self.bytes.store(0, AtomicOrdering::SeqCst);
+        undo.clear();
+    }
+
+    /// The error of a read through a view that was let go; `undo` is its locked overlay.
+    fn check(&self, _undo: &Undo) -> Result<()> {
+        if self.expired.load(AtomicOrdering::SeqCst) {
+            return Err(Error::SnapshotTooOld(format!(
+                "a view of the store taken {:.1} s ago was let go: the old values it kept for \
+                 the writes made since passed the bound on all open views' memory (sled keeps \
+                 views as undo overlays); begin a new transaction",
+                self.opened.elapsed().as_secs_f64()
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Lock ignoring poison: an overlay stays whole if a holder panicked (entries are inserted
@@ -56,15 +99,46 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The open overlay views of one store. Every method must be called under the store's write
 /// lock (see the module docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Overlays {
     views: Mutex<Vec<Weak<State>>>,
+    /// The bound on what all open views' overlays hold at once, in bytes.
+    limit: AtomicUsize,
+}
+
+impl Default for Overlays {
+    fn default() -> Self {
+        Overlays {
+            views: Mutex::default(),
+            limit: AtomicUsize::new(DEFAULT_VIEW_MEMORY),
+        }
+    }
 }
 
 impl Overlays {
+    /// Bound what all open views' overlays hold at once to `bytes` (from the next write on).
+    pub fn set_limit(&self, bytes: usize) {
+        self.limit.store(bytes, AtomicOrdering::Relaxed);
+    }
+
+    /// What the open views' overlays hold now, in bytes as the bound counts them.
+    pub fn held_bytes(&self) -> usize {
+        lock(&self.views)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|v| v.bytes.load(AtomicOrdering::SeqCst))
+            .sum()
+    }
+
     /// Open a view over `live` at this moment.
     pub fn open(&self, live: Arc<dyn ReadView>) -> OverlayView {
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            undo: Mutex::default(),
+            dirty: AtomicBool::new(false),
+            bytes: AtomicUsize::new(0),
+            expired: AtomicBool::new(false),
+            opened: Instant::now(),
+        });
         let mut views = lock(&self.views);
         views.retain(|w| w.strong_count() > 0);
         views.push(Arc::downgrade(&state));
@@ -80,11 +154,15 @@ impl Overlays {
     }
 
     /// Before `ops` apply to `live`: give every open view the value each touched key has now,
-    /// unless it holds an older one.
+    /// unless it holds an older one; then let go of the views holding the most while all of
+    /// them hold more than the bound.
     pub async fn record(&self, live: &dyn ReadView, ops: &[BatchOp]) -> Result<()> {
         let views: Vec<Arc<State>> = {
             let mut views = lock(&self.views);
-            views.retain(|w| w.strong_count() > 0);
+            views.retain(|w| {
+                w.upgrade()
+                    .is_some_and(|v| !v.expired.load(AtomicOrdering::SeqCst))
+            });
             views.iter().filter_map(Weak::upgrade).collect()
         };
         if views.is_empty() {
@@ -100,10 +178,24 @@ impl Overlays {
                 continue;
             }
             let old = live.get(key).await?;
+            let cost = ENTRY_OVERHEAD + key.len() + old.as_ref().map_or(0, Bytes::len);
             for view in lacking {
                 lock(&view.undo).insert(key.clone(), old.clone());
+                view.bytes.fetch_add(cost, AtomicOrdering::SeqCst);
                 view.dirty.store(true, AtomicOrdering::SeqCst);
             }
+        }
+        let limit = self.limit.load(AtomicOrdering::Relaxed);
+        let held = |v: &Arc<State>| v.bytes.load(AtomicOrdering::SeqCst);
+        let mut total: usize = views.iter().map(held).sum();
+        let mut largest_first = views;
+        largest_first.sort_by_key(|v| std::cmp::Reverse(held(v)));
+        for view in largest_first {
+            if total <= limit {
+                break;
+            }
+            total -= held(&view);
+            view.expire();
         }
         Ok(())
     }
@@ -191,7 +283,9 @@ impl ReadView for OverlayView {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         // The live store first, the overlay second: see the module docs.
         let now = self.live.get(key).await?;
-        if let Some(then) = lock(&self.state.undo).get(key) {
+        let undo = lock(&self.state.undo);
+        self.state.check(&undo)?;
+        if let Some(then) = undo.get(key) {
             return Ok(then.clone());
         }
         Ok(now)
@@ -216,6 +310,7 @@ impl ReadView for OverlayView {
             };
             {
                 let undo = lock(&self.state.undo);
+                self.state.check(&undo)?;
                 let patches =
                     undo.range::<[u8], _>(stretch(range, order, covered.as_ref(), end.as_ref()));
                 let patches: Box<dyn Iterator<Item = (&Bytes, &Option<Bytes>)>> = match order {

@@ -95,3 +95,62 @@ async fn views_stay_consistent_under_concurrent_writes() {
         generations.len()
     );
 }
+
+/// Views left open while writers go on hold no more than the bound together: past it the
+/// view holding the most (the oldest) is let go, its reads fail with `SnapshotTooOld`
+/// (SQLSTATE 72000), and the younger view and new views read on as before.
+#[tokio::test]
+async fn views_past_the_memory_bound_are_let_go() {
+    const LIMIT: usize = 64 << 10;
+    let store = store();
+    store.limit_view_memory(LIMIT);
+    let write = |range: std::ops::Range<u32>| {
+        let store = Arc::clone(&store);
+        async move {
+            let mut batch = WriteBatch::new();
+            for i in range {
+                batch.put(key(i), Bytes::from_static(b"v"));
+            }
+            store.write(batch, Durability::Buffered).await.unwrap();
+        }
+    };
+    let old = store.view().await.unwrap();
+    // 400 new keys: each costs the old view an entry saying it was absent (about 70 bytes).
+    write(0..400).await;
+    assert_eq!(old.get(&key(5)).await.unwrap(), None, "within the bound");
+    let young = store.view().await.unwrap();
+    write(400..1000).await;
+    let e = old
+        .get(&key(5))
+        .await
+        .expect_err("the old view held about 70 KB, past the 64 KiB bound with the young one");
+    assert_eq!(e.kind(), rocklake_core::ErrorKind::SnapshotTooOld, "{e}");
+    assert_eq!(e.sqlstate(), "72000");
+    assert!(old
+        .scan(&KeyRange::all(), Order::Ascending, 10)
+        .await
+        .is_err());
+    let held = store.view_memory();
+    assert!(held <= LIMIT, "the views hold {held} bytes");
+    assert!(held > 0, "the young view keeps its overlay");
+    assert_eq!(young.get(&key(500)).await.unwrap(), None);
+    assert_eq!(
+        young.get(&key(5)).await.unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    let seen = young
+        .scan(&KeyRange::all(), Order::Ascending, 2000)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen.len(),
+        400,
+        "the young view sees the keys written before it"
+    );
+    let new = store.view().await.unwrap();
+    let all = new
+        .scan(&KeyRange::all(), Order::Ascending, 2000)
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1000);
+}

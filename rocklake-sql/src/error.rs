@@ -83,6 +83,8 @@ pub mod state {
     pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     /// `53200` out_of_memory (a statement past the server's memory bound).
     pub const OUT_OF_MEMORY: &str = "53200";
+    /// `72000` snapshot_too_old (a sled view let go past the bound on views' memory).
+    pub const SNAPSHOT_TOO_OLD: &str = "72000";
     /// `XX000` internal_error.
     pub const INTERNAL: &str = "XX000";
     /// `XX001` data_corrupted.
@@ -126,6 +128,7 @@ impl From<CoreError> for SqlError {
             CoreError::Corrupt { .. } => state::DATA_CORRUPTED,
             CoreError::OutOfRange { .. } => state::OUT_OF_RANGE,
             CoreError::PermissionDenied(_) => state::READ_ONLY_TRANSACTION,
+            CoreError::SnapshotTooOld(_) => state::SNAPSHOT_TOO_OLD,
             _ => state::INTERNAL,
         };
         SqlError::new(code, e.to_string())

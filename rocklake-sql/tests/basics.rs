@@ -1035,3 +1035,36 @@ async fn ddl_racing_other_sessions_ends_as_postgresql_s_does() {
         db.close().await.unwrap();
     }
 }
+
+/// On an engine whose views are undo overlays (sled's kind), a transaction left open while
+/// another session writes more than all views may hold is let go: its next read fails with
+/// `72000` (snapshot too old) and aborts its block, and after ROLLBACK it reads the new rows.
+/// Before the bound, such a view kept every old value for as long as it stayed open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_view_past_the_overlay_bound_is_snapshot_too_old() {
+    use rocklake_core::{EngineBackend, Keyspace, MemoryEngine};
+    let backend = std::sync::Arc::new(EngineBackend::new(MemoryEngine::without_snapshots()));
+    backend.limit_view_memory(256 << 10);
+    let ks = Keyspace::open(backend.clone()).await.unwrap();
+    let db = rocklake_sql::Database::open(ks).await.unwrap();
+    let (mut a, mut b) = (Session::new(db.clone()), Session::new(db.clone()));
+    b.run("CREATE TABLE t (i bigint, s text)").await.unwrap();
+    a.run("BEGIN").await.unwrap();
+    assert_eq!(q(&mut a, "SELECT count(*) FROM t").await, ["0"]);
+    // About 5,000 new keys: more than 256 KiB of overlay entries in `a`'s view.
+    b.run("INSERT INTO t SELECT value, repeat('x', 100) FROM generate_series(1, 5000)")
+        .await
+        .unwrap();
+    assert!(
+        backend.view_memory() <= 256 << 10,
+        "the views hold {} bytes",
+        backend.view_memory()
+    );
+    let (code, message) = err(&mut a, "SELECT count(*) FROM t").await;
+    assert_eq!(code, "72000", "{message}");
+    assert!(message.contains("snapshot too old"), "{message}");
+    assert_eq!(a.status(), Status::Failed);
+    a.run("ROLLBACK").await.unwrap();
+    assert_eq!(q(&mut a, "SELECT count(*) FROM t").await, ["5000"]);
+    assert_eq!(q(&mut b, "SELECT count(*) FROM t").await, ["5000"]);
+}
