@@ -1030,8 +1030,12 @@ async fn racing_connections_one_commit_wins_each_key() {
     }
 }
 
-/// Random and garbled messages, before and after startup: an ErrorResponse or a closed
-/// connection, never a panic, and the server goes on serving others.
+/// Random and garbled messages, before and after startup. Each case ends with the client's
+/// Sync and half-close, and the server must close the connection within 10 s (observed, not
+/// assumed: a connection left open fails the case), having sent only well-formed messages:
+/// either a FATAL `08P01` for a malformed message, or valid answers (ReadyForQuery for the
+/// Sync unless the client's last message was cut short or was a Terminate). Never a panic, and
+/// the server goes on serving others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbled_messages_never_take_the_server_down() {
     static PANICKED: AtomicBool = AtomicBool::new(false);
@@ -1062,24 +1066,49 @@ async fn garbled_messages_never_take_the_server_down() {
         "CREATE TABLE t (a BIGINT)",
         "INSERT INTO t VALUES (1)",
     ];
-    let mut closed = 0;
+    let limit = Duration::from_secs(10);
+    // How each case ended: (closed after FATAL 08P01, closed after answering, closed with no
+    // answer).
+    let (mut fatal, mut answered, mut silent) = (0, 0, 0);
     let mut errors = 0;
+    // An ErrorResponse must carry a SQLSTATE; a FATAL one must be 08P01. True when FATAL.
+    let check_error = |case: usize, m: &Msg| -> bool {
+        let code = m
+            .field(b'C')
+            .unwrap_or_else(|| panic!("case {case}: {m:?}"));
+        let is_fatal = m.field(b'S').as_deref() == Some("FATAL");
+        assert!(
+            !is_fatal || code == "08P01",
+            "case {case}: FATAL {code}: {m:?}"
+        );
+        is_fatal
+    };
     for case in 0..cases {
         if case % 3 == 0 {
             // Before startup: any bytes at all.
             let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
             let n = rng.random_range(0..64);
             let bytes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            use tokio::io::AsyncWriteExt;
             let _ = s.write_all(&bytes).await;
-            let mut buf = [0u8; 256];
-            let _ = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
-            closed += 1;
+            let _ = s.shutdown().await;
+            let msgs = common::to_end(&mut s, limit)
+                .await
+                .unwrap_or_else(|e| panic!("case {case} ({bytes:?}): {e}"));
+            match msgs.as_slice() {
+                [] => silent += 1,
+                [m] if m.kind == b'E' && check_error(case, m) => fatal += 1,
+                other => panic!("case {case} ({bytes:?}): {other:?}"),
+            }
             continue;
         }
         let (mut c, _) = Raw::connect(server.addr, "fuzz", "lake").await;
+        // What may leave the Sync unanswered: a message cut short (a length word that lies),
+        // a Terminate, or a COPY FROM STDIN waiting for its data.
+        let mut may_end_unanswered = false;
         for _ in 0..rng.random_range(1..6) {
             let kind = kinds_sent[rng.random_range(0..kinds_sent.len())];
+            may_end_unanswered |= kind == b'X';
             let body: Vec<u8> = if rng.random_bool(0.5) {
                 let mut s = statements[rng.random_range(0..statements.len())]
                     .as_bytes()
@@ -1092,12 +1121,14 @@ async fn garbled_messages_never_take_the_server_down() {
                 if rng.random_bool(0.7) {
                     s.push(0);
                 }
+                may_end_unanswered |= kind == b'Q' && s.starts_with(b"COPY t FROM");
                 s
             } else {
                 (0..rng.random_range(0..40)).map(|_| rng.random()).collect()
             };
             if rng.random_bool(0.1) {
                 // A length word that lies.
+                may_end_unanswered = true;
                 let mut m = vec![kind];
                 m.extend_from_slice(&(rng.random_range(0u32..100)).to_be_bytes());
                 m.extend_from_slice(&body);
@@ -1114,19 +1145,28 @@ async fn garbled_messages_never_take_the_server_down() {
             }
         }
         let _ = c.send_raw(&[b'S', 0, 0, 0, 4]).await;
-        loop {
-            match tokio::time::timeout(Duration::from_millis(300), c.read()).await {
-                Ok(Some(m)) => {
-                    if m.kind == b'E' {
-                        errors += 1;
-                    }
-                }
-                Ok(None) => {
-                    closed += 1;
-                    break;
-                }
-                Err(_) => break,
+        let msgs = c
+            .finish(limit)
+            .await
+            .unwrap_or_else(|e| panic!("case {case}: {e}"));
+        let mut closed_by_error = false;
+        for m in &msgs {
+            if m.kind == b'E' {
+                errors += 1;
+                closed_by_error |= check_error(case, m);
             }
+        }
+        if closed_by_error {
+            fatal += 1;
+        } else if msgs.last().is_some_and(|m| m.kind == b'Z') {
+            answered += 1;
+        } else {
+            assert!(
+                may_end_unanswered,
+                "case {case}: the Sync went unanswered: {}",
+                kinds(&msgs)
+            );
+            silent += 1;
         }
         // The server still serves a well-behaved client.
         let ok = connect(&server.url("")).await.unwrap();
@@ -1138,7 +1178,12 @@ async fn garbled_messages_never_take_the_server_down() {
         !PANICKED.load(Ordering::SeqCst),
         "a connection panicked (seed {seed})"
     );
-    eprintln!("{cases} garbled cases (seed {seed}): {errors} ErrorResponses, {closed} connections closed, no panic");
+    eprintln!(
+        "{cases} garbled cases (seed {seed}), each closed by the server within {limit:?}: \
+         {fatal} after FATAL 08P01, {answered} after answering, {silent} with no answer; \
+         {errors} ErrorResponses, no panic"
+    );
+    assert!(fatal > 0 && answered > 0, "the cases reached both outcomes");
 }
 
 /// A second server on the same SlateDB folder is refused while the first runs; one that takes

@@ -254,6 +254,13 @@ impl Raw {
         })
     }
 
+    /// Half-close the connection (the client will send nothing more) and read what the
+    /// server sends until it closes it: its messages, or why it did not close within `limit`.
+    pub async fn finish(&mut self, limit: Duration) -> Result<Vec<Msg>, String> {
+        let _ = self.stream.shutdown().await;
+        to_end(&mut self.stream, limit).await
+    }
+
     /// Read messages until the server closes the connection.
     pub async fn until_closed(&mut self) -> Vec<Msg> {
         let mut out = Vec::new();
@@ -386,6 +393,50 @@ impl Raw {
 }
 
 /// The message types of a sequence, as letters (`T D C Z`).
+/// Read `stream` until the server closes it (end of stream or reset) and split what came into
+/// messages; an error when it stays open past `limit` or ends inside a message.
+pub async fn to_end(stream: &mut TcpStream, limit: Duration) -> Result<Vec<Msg>, String> {
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 8192];
+    let read_all = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    if tokio::time::timeout(limit, read_all).await.is_err() {
+        return Err(format!(
+            "the server kept the connection open past {limit:?}"
+        ));
+    }
+    let mut msgs = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes.len() - at < 5 {
+            return Err(format!(
+                "the connection ended inside a message: {:?}",
+                &bytes[at..]
+            ));
+        }
+        let len = u32::from_be_bytes([bytes[at + 1], bytes[at + 2], bytes[at + 3], bytes[at + 4]])
+            as usize;
+        if len < 4 || bytes.len() - at - 1 < len {
+            return Err(format!(
+                "the connection ended inside a message: {:?}",
+                &bytes[at..]
+            ));
+        }
+        msgs.push(Msg {
+            kind: bytes[at],
+            body: bytes[at + 5..at + 1 + len].to_vec(),
+        });
+        at += 1 + len;
+    }
+    Ok(msgs)
+}
+
 pub fn kinds(msgs: &[Msg]) -> String {
     msgs.iter()
         .map(|m| (m.kind as char).to_string())
