@@ -211,16 +211,26 @@ pub(crate) async fn serve(
             };
             // Counted before the client has them, so that what it sends in answer is read
             // knowing them (a CopyInResponse changes what it may send).
-            scan.feed(&buf[..n], |seen| {
-                ready_tx.send_modify(|r| match seen {
-                    Seen::Ready(status) => {
-                        r.count += 1;
-                        r.status = status;
-                    }
-                    Seen::CopyIn => r.copies += 1,
-                })
+            let mut fatal = None;
+            scan.feed(&buf[..n], |seen| match seen {
+                Seen::Fatal(end) => {
+                    fatal.get_or_insert(end);
+                }
+                _ if fatal.is_some() => {}
+                Seen::Ready(status) => ready_tx.send_modify(|r| {
+                    r.count += 1;
+                    r.status = status;
+                }),
+                Seen::CopyIn => ready_tx.send_modify(|r| r.copies += 1),
             });
-            if tcp_write.write_all(&buf[..n]).await.is_err() {
+            // Nothing goes to the client after a FATAL error (pgwire follows a refused
+            // password exchange with a ReadyForQuery): the connection ends there.
+            if tcp_write
+                .write_all(&buf[..fatal.unwrap_or(n)])
+                .await
+                .is_err()
+                || fatal.is_some()
+            {
                 break;
             }
         }
@@ -392,6 +402,9 @@ enum Seen {
     Ready(u8),
     /// CopyInResponse: the client sends COPY data next.
     CopyIn,
+    /// The end of a FATAL ErrorResponse: its last byte is just before this offset of the
+    /// chunk fed. PostgreSQL sends nothing after a FATAL error and closes the connection.
+    Fatal(usize),
 }
 
 /// Finds the ReadyForQuery and CopyInResponse messages in the server's byte stream (one message may arrive in
@@ -402,11 +415,20 @@ struct Scanner {
     have: usize,
     /// Bytes of the current message's body still to come.
     left: usize,
+    /// The first bytes of the current message's body (an ErrorResponse's severity field).
+    start: [u8; 6],
+    /// How many body bytes of the current message have been read.
+    read: usize,
 }
 
+/// How an ErrorResponse of severity FATAL begins (its `S` field first, as pgwire and
+/// PostgreSQL write it).
+const FATAL_START: &[u8; 6] = b"SFATAL";
+
 impl Scanner {
-    /// Read `b`; `seen` for each ReadyForQuery and CopyInResponse in it.
-    fn feed(&mut self, mut b: &[u8], mut seen: impl FnMut(Seen)) {
+    /// Read `b`; `seen` for each ReadyForQuery, CopyInResponse and FATAL error in it.
+    fn feed(&mut self, chunk: &[u8], mut seen: impl FnMut(Seen)) {
+        let mut b = chunk;
         while !b.is_empty() {
             if self.left > 0 {
                 // A ReadyForQuery's body is its one status byte.
@@ -414,8 +436,16 @@ impl Scanner {
                     seen(Seen::Ready(b[0]));
                 }
                 let n = self.left.min(b.len());
+                if self.read < self.start.len() {
+                    let k = n.min(self.start.len() - self.read);
+                    self.start[self.read..self.read + k].copy_from_slice(&b[..k]);
+                }
+                self.read += n;
                 self.left -= n;
                 b = &b[n..];
+                if self.left == 0 && self.head[0] == b'E' && &self.start == FATAL_START {
+                    seen(Seen::Fatal(chunk.len() - b.len()));
+                }
                 continue;
             }
             let n = (5 - self.have).min(b.len());
@@ -427,6 +457,8 @@ impl Scanner {
                 let h = &self.head;
                 self.left =
                     (u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize).saturating_sub(4);
+                self.read = 0;
+                self.start = [0; 6];
                 if h[0] == b'G' {
                     seen(Seen::CopyIn);
                 }
@@ -711,6 +743,36 @@ mod tests {
                 [Seen::Ready(b'T'), Seen::CopyIn, Seen::Ready(b'I')],
                 "pieces of {piece} bytes"
             );
+        }
+    }
+
+    #[test]
+    fn a_fatal_error_is_found_where_it_ends_however_the_stream_is_cut() {
+        // An ERROR (not FATAL), a FATAL error, then a ReadyForQuery that must not be seen.
+        let mut stream = Vec::new();
+        for (kind, body) in [
+            (b'E', &b"SERROR\0C22012\0Mx\0\0"[..]),
+            (b'E', &b"SFATAL\0C08P01\0Mbad\0\0"[..]),
+            (b'Z', &b"I"[..]),
+        ] {
+            stream.push(kind);
+            stream.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+            stream.extend_from_slice(body);
+        }
+        let fatal_end = stream.len() - 6;
+        for piece in 1..=stream.len() {
+            let mut scan = Scanner::default();
+            let mut at = 0;
+            let mut found = None;
+            for chunk in stream.chunks(piece) {
+                scan.feed(chunk, |s| {
+                    if let Seen::Fatal(end) = s {
+                        found.get_or_insert(at + end);
+                    }
+                });
+                at += chunk.len();
+            }
+            assert_eq!(found, Some(fatal_end), "pieces of {piece} bytes");
         }
     }
 

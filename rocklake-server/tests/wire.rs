@@ -1726,3 +1726,116 @@ async fn a_result_failing_part_way_sends_its_rows_first_as_postgresql_does() {
     }
     server.stop().await;
 }
+
+/// The password exchange garbled (#21 item 2: a negative SASL length once panicked the
+/// connection's task): SASLInitialResponse and SASLResponse messages with lying, negative
+/// and huge lengths, cut or random bodies, after a valid first message or instead of it.
+/// Every case must end with the server closing the connection within 10 s after the client
+/// half-closes, having sent only a FATAL `08P01`, `28P01` or `28000` and never
+/// AuthenticationOk; no connection task panics, and the right password still logs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbled_password_exchanges_are_refused_cleanly() {
+    static PANICKED: AtomicBool = AtomicBool::new(false);
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.store(true, Ordering::SeqCst);
+        prev(info);
+    }));
+    let server = scram_server().await;
+    let seed: u64 = std::env::var("ROCKLAKE_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261205);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let limit = Duration::from_secs(10);
+    let mut codes: std::collections::BTreeMap<String, usize> = Default::default();
+    for case in 0..60u32 {
+        // From a loopback address of its own: the delay after a failed login is kept per
+        // address, and would otherwise slow every later case.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(
+                format!("127.0.{}.{}:0", 1 + case / 250, 1 + case % 250)
+                    .parse()
+                    .unwrap(),
+            )
+            .unwrap();
+        let mut s = socket.connect(server.addr).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        let mut startup = 196_608u32.to_be_bytes().to_vec();
+        startup.extend_from_slice(b"user\0fuzz\0database\0lake\0\0");
+        let mut m = ((startup.len() + 4) as u32).to_be_bytes().to_vec();
+        m.extend_from_slice(&startup);
+        s.write_all(&m).await.unwrap();
+        let mut sent = Vec::new();
+        for step in 0..rng.random_range(1..4) {
+            let mut body = Vec::new();
+            let first = step == 0 && rng.random_bool(0.8);
+            if first {
+                body.extend_from_slice(b"SCRAM-SHA-256\0");
+            }
+            let payload: Vec<u8> = match rng.random_range(0..3) {
+                0 => format!("n,,n=,r={}", rng.random::<u64>()).into_bytes(),
+                1 => format!("c=biws,r={},p=AAAA", rng.random::<u64>()).into_bytes(),
+                _ => (0..rng.random_range(0..40)).map(|_| rng.random()).collect(),
+            };
+            if first {
+                let len: i32 = match rng.random_range(0..4) {
+                    0 => payload.len() as i32,
+                    1 => -1,
+                    2 => -rng.random_range(2..1000),
+                    _ => rng.random_range(0..i32::MAX),
+                };
+                body.extend_from_slice(&len.to_be_bytes());
+            }
+            body.extend_from_slice(&payload);
+            let mut m = vec![b'p'];
+            let claimed = if rng.random_bool(0.1) {
+                rng.random_range(0u32..100)
+            } else {
+                (body.len() + 4) as u32
+            };
+            m.extend_from_slice(&claimed.to_be_bytes());
+            m.extend_from_slice(&body);
+            sent.push(m.clone());
+            if s.write_all(&m).await.is_err() {
+                break;
+            }
+        }
+        let _ = s.shutdown().await;
+        let msgs = common::to_end(&mut s, limit)
+            .await
+            .unwrap_or_else(|e| panic!("case {case} ({sent:?}): {e}"));
+        for m in &msgs {
+            assert!(
+                !(m.kind == b'R' && m.body.starts_with(&[0, 0, 0, 0])),
+                "case {case}: logged in without the password ({sent:?})"
+            );
+            assert_ne!(m.kind, b'Z', "case {case}: {} ({sent:?})", kinds(&msgs));
+            if m.kind == b'E' {
+                let code = m.field(b'C').unwrap_or_default();
+                assert!(
+                    ["08P01", "28P01", "28000"].contains(&code.as_str()),
+                    "case {case}: {code} {:?} ({sent:?})",
+                    m.field(b'M')
+                );
+                *codes.entry(code).or_default() += 1;
+            }
+        }
+    }
+    let ok = connect(&server.url("password=pencil"))
+        .await
+        .expect("the right password after the garbled ones");
+    assert_eq!(
+        rows_of(&ok.simple_query("SELECT 1").await.unwrap()),
+        vec![vec!["1".to_string()]]
+    );
+    server.stop().await;
+    assert!(
+        !PANICKED.load(Ordering::SeqCst),
+        "a connection panicked (seed {seed})"
+    );
+    eprintln!(
+        "60 garbled password exchanges (seed {seed}), each closed within {limit:?}: {codes:?}"
+    );
+}
