@@ -164,9 +164,16 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
             buf.put_u16(offset);
         }
         "date" => match array.data_type() {
-            DataType::Date32 => buf.put_i32(
-                (i64::from(array.as_primitive::<Date32Type>().value(row)) - PG_EPOCH_DAYS) as i32,
-            ),
+            DataType::Date32 => {
+                let v = array.as_primitive::<Date32Type>().value(row);
+                // PostgreSQL's infinite dates are i32::MAX / i32::MIN on both sides of the
+                // epoch shift, as the binary input keeps them.
+                buf.put_i32(if v == i32::MAX || v == i32::MIN {
+                    v
+                } else {
+                    (i64::from(v) - PG_EPOCH_DAYS) as i32
+                })
+            }
             _ => return Err(cannot()),
         },
         "time" => match array.data_type() {
@@ -906,9 +913,18 @@ fn recv(b: &[u8], ty: SqlType) -> Result<Value, SqlError> {
         }
         SqlType::Date => {
             need(4)?;
-            Value::Int(
-                i64::from(i32::from_be_bytes(b.try_into().unwrap_or_default())) + PG_EPOCH_DAYS,
-            )
+            let v = i32::from_be_bytes(b.try_into().unwrap_or_default());
+            // PostgreSQL's infinite dates (i32::MAX / i32::MIN) stay as they are; a finite
+            // date the shift would carry past them is out of range.
+            Value::Int(if v == i32::MAX || v == i32::MIN {
+                i64::from(v)
+            } else {
+                let days = i64::from(v) + PG_EPOCH_DAYS;
+                if days >= i64::from(i32::MAX) {
+                    return Err(SqlError::new("22008", "date out of range"));
+                }
+                days
+            })
         }
         SqlType::Time => {
             need(8)?;

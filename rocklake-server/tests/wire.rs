@@ -1839,3 +1839,56 @@ async fn garbled_password_exchanges_are_refused_cleanly() {
         "60 garbled password exchanges (seed {seed}), each closed within {limit:?}: {codes:?}"
     );
 }
+
+/// PostgreSQL's infinite dates and timestamps (`infinity`, `-infinity`) in its own binary
+/// COPY, fed to both servers: they are kept, compared as the extremes, and read back as text
+/// and as binary exactly as PostgreSQL 15 answers (#21 item 13; before, a date at ±infinity
+/// was shifted by the epoch like a finite one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infinite_dates_and_timestamps_round_trip_as_on_postgresql() {
+    let Some(pg) = pg_url() else { return };
+    pg_fresh_db(&pg, "rocklake_infinity").await;
+    let server = serve("sled", ServerOptions::default()).await;
+    let (mut theirs, _) =
+        Raw::connect(common::host_port(&pg), "postgres", "rocklake_infinity").await;
+    let (mut ours, _) = Raw::connect(server.addr, "duck", "lake").await;
+    let table = "(a bigint, d date, ts timestamp, tz timestamptz)";
+    for side in [&mut theirs, &mut ours] {
+        let r = side.query(&format!("CREATE TABLE inf {table}")).await;
+        assert_eq!(kinds(&r), "C Z", "{r:?}");
+    }
+    let r = theirs
+        .query(
+            "CREATE TABLE src (a bigint, d date, ts timestamp, tz timestamptz); \
+             INSERT INTO src VALUES (1, 'infinity', 'infinity', 'infinity'), \
+             (2, '-infinity', '-infinity', '-infinity'), \
+             (3, '2026-12-05', '2026-12-05 01:02:03.5', '2026-12-05 01:02:03+00'), \
+             (4, '1970-01-01', '1999-12-31 23:59:59', '2000-01-01 00:00:00+00')",
+        )
+        .await;
+    assert!(!r.iter().any(|m| m.kind == b'E'), "{r:?}");
+    let binary: Vec<u8> = theirs
+        .query("COPY (SELECT * FROM src ORDER BY a) TO STDOUT (FORMAT binary)")
+        .await
+        .iter()
+        .filter(|m| m.kind == b'd')
+        .flat_map(|m| m.body.clone())
+        .collect();
+    let copy = "COPY inf FROM STDIN (FORMAT binary)";
+    let a = comparable(&theirs.copy_in(copy, &binary).await);
+    let b = comparable(&ours.copy_in(copy, &binary).await);
+    assert_eq!(b, a, "{copy}");
+    for q in [
+        "SELECT * FROM inf ORDER BY a",
+        "COPY (SELECT * FROM inf ORDER BY a) TO STDOUT (FORMAT binary)",
+        "COPY (SELECT * FROM inf ORDER BY a) TO STDOUT",
+        "SELECT a FROM inf ORDER BY d, a",
+        "SELECT a FROM inf ORDER BY ts DESC, a",
+        "SELECT count(*) FROM inf WHERE d > DATE '2100-01-01' OR tz < TIMESTAMPTZ '1900-01-01 00:00:00+00'",
+    ] {
+        let (a, b) = (theirs.query(q).await, ours.query(q).await);
+        assert!(!a.iter().any(|m| m.kind == b'E'), "{q}: {a:?}");
+        assert_eq!(comparable(&b), comparable(&a), "{q}");
+    }
+    server.stop().await;
+}

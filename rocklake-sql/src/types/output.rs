@@ -2,7 +2,7 @@
 //! results sees, and what the tests hold to PostgreSQL's answers.
 
 use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::datatypes::{DataType, IntervalUnit, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Date32Type, IntervalUnit, TimeUnit};
 
 use super::{array_literal, float_text, interval_of};
 
@@ -76,6 +76,14 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
             }
             s
         }
+        // PostgreSQL's infinite dates, kept as the extreme day numbers (as its binary form).
+        DataType::Date32 if is_infinite_date(array, row) => {
+            if array.as_primitive::<Date32Type>().value(row) == i32::MAX {
+                "infinity".to_string()
+            } else {
+                "-infinity".to_string()
+            }
+        }
         DataType::Timestamp(unit, tz) => {
             let micros = match unit {
                 TimeUnit::Second => {
@@ -102,6 +110,14 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
             }
         }
     })
+}
+
+/// Whether a date array's value is one of PostgreSQL's infinities (`i32::MAX`, `i32::MIN`).
+fn is_infinite_date(array: &dyn Array, row: usize) -> bool {
+    matches!(
+        array.as_primitive::<Date32Type>().value(row),
+        i32::MAX | i32::MIN
+    )
 }
 
 /// The text of a string array's value as stored (`None` for other types; NULL is not checked
