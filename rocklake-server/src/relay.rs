@@ -716,22 +716,28 @@ fn check(kind: u8, body: &[u8], first_password: bool) -> Result<(), Bad> {
 mod tests {
     use super::*;
 
+    /// Backend messages (type byte, body) as one byte stream.
+    fn frames(messages: &[(u8, &[u8])]) -> Vec<u8> {
+        let mut stream = Vec::new();
+        for (kind, body) in messages {
+            stream.push(*kind);
+            stream.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+            stream.extend_from_slice(body);
+        }
+        stream
+    }
+
     #[test]
     fn ready_for_query_and_copy_in_are_found_however_the_stream_is_cut() {
         // CommandComplete, a DataRow holding a 'Z' byte, ReadyForQuery 'T', CopyInResponse,
         // ReadyForQuery 'I'.
-        let mut stream = Vec::new();
-        for (kind, body) in [
-            (b'C', &b"SELECT 1\0"[..]),
-            (b'D', &b"\0\x01\0\0\0\x01Z"[..]),
-            (b'Z', &b"T"[..]),
-            (b'G', &b"\0\0\x01\0\0"[..]),
-            (b'Z', &b"I"[..]),
-        ] {
-            stream.push(kind);
-            stream.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-            stream.extend_from_slice(body);
-        }
+        let stream = frames(&[
+            (b'C', b"SELECT 1\0"),
+            (b'D', b"\0\x01\0\0\0\x01Z"),
+            (b'Z', b"T"),
+            (b'G', b"\0\0\x01\0\0"),
+            (b'Z', b"I"),
+        ]);
         for piece in 1..=stream.len() {
             let mut scan = Scanner::default();
             let mut seen = Vec::new();
@@ -749,16 +755,11 @@ mod tests {
     #[test]
     fn a_fatal_error_is_found_where_it_ends_however_the_stream_is_cut() {
         // An ERROR (not FATAL), a FATAL error, then a ReadyForQuery that must not be seen.
-        let mut stream = Vec::new();
-        for (kind, body) in [
-            (b'E', &b"SERROR\0C22012\0Mx\0\0"[..]),
-            (b'E', &b"SFATAL\0C08P01\0Mbad\0\0"[..]),
-            (b'Z', &b"I"[..]),
-        ] {
-            stream.push(kind);
-            stream.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-            stream.extend_from_slice(body);
-        }
+        let stream = frames(&[
+            (b'E', b"SERROR\0C22012\0Mx\0\0"),
+            (b'E', b"SFATAL\0C08P01\0Mbad\0\0"),
+            (b'Z', b"I"),
+        ]);
         let fatal_end = stream.len() - 6;
         for piece in 1..=stream.len() {
             let mut scan = Scanner::default();

@@ -364,13 +364,9 @@ async fn every_message_matches_postgres() {
             let b = comparable(&ours.query(q).await);
             assert_eq!(b, a, "{engine}: {q}");
         }
-        let binary: Vec<u8> = theirs
-            .query("COPY (SELECT * FROM ar ORDER BY a) TO STDOUT (FORMAT binary)")
-            .await
-            .iter()
-            .filter(|m| m.kind == b'd')
-            .flat_map(|m| m.body.clone())
-            .collect();
+        let binary = theirs
+            .copy_out("COPY (SELECT * FROM ar ORDER BY a) TO STDOUT (FORMAT binary)")
+            .await;
         let copy = "COPY ar2 FROM STDIN (FORMAT binary)";
         let a = comparable(&theirs.copy_in(copy, &binary).await);
         let b = comparable(&ours.copy_in(copy, &binary).await);
@@ -1030,6 +1026,29 @@ async fn racing_connections_one_commit_wins_each_key() {
     }
 }
 
+/// Set once per process: whether any thread has panicked since (a connection's task
+/// included; the previous hook still prints the panic).
+fn watch_panics() -> &'static AtomicBool {
+    static PANICKED: AtomicBool = AtomicBool::new(false);
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICKED.store(true, Ordering::SeqCst);
+            prev(info);
+        }));
+    });
+    &PANICKED
+}
+
+/// The fuzz tests' seed: `ROCKLAKE_FUZZ_SEED`, else `default`.
+fn fuzz_seed(default: u64) -> u64 {
+    std::env::var("ROCKLAKE_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Random and garbled messages, before and after startup. Each case ends with the client's
 /// Sync and half-close, and the server must close the connection within 10 s (observed, not
 /// assumed: a connection left open fails the case), having sent only well-formed messages:
@@ -1038,17 +1057,9 @@ async fn racing_connections_one_commit_wins_each_key() {
 /// the server goes on serving others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbled_messages_never_take_the_server_down() {
-    static PANICKED: AtomicBool = AtomicBool::new(false);
-    let prev = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        PANICKED.store(true, Ordering::SeqCst);
-        prev(info);
-    }));
+    let panicked = watch_panics();
     let server = serve("sled", ServerOptions::default()).await;
-    let seed: u64 = std::env::var("ROCKLAKE_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20261201);
+    let seed = fuzz_seed(20261201);
     let cases: usize = std::env::var("ROCKLAKE_FUZZ_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -1175,7 +1186,7 @@ async fn garbled_messages_never_take_the_server_down() {
     }
     server.stop().await;
     assert!(
-        !PANICKED.load(Ordering::SeqCst),
+        !panicked.load(Ordering::SeqCst),
         "a connection panicked (seed {seed})"
     );
     eprintln!(
@@ -1735,17 +1746,9 @@ async fn a_result_failing_part_way_sends_its_rows_first_as_postgresql_does() {
 /// AuthenticationOk; no connection task panics, and the right password still logs in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbled_password_exchanges_are_refused_cleanly() {
-    static PANICKED: AtomicBool = AtomicBool::new(false);
-    let prev = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        PANICKED.store(true, Ordering::SeqCst);
-        prev(info);
-    }));
+    let panicked = watch_panics();
     let server = scram_server().await;
-    let seed: u64 = std::env::var("ROCKLAKE_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20261205);
+    let seed = fuzz_seed(20261205);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let limit = Duration::from_secs(10);
     let mut codes: std::collections::BTreeMap<String, usize> = Default::default();
@@ -1832,7 +1835,7 @@ async fn garbled_password_exchanges_are_refused_cleanly() {
     );
     server.stop().await;
     assert!(
-        !PANICKED.load(Ordering::SeqCst),
+        !panicked.load(Ordering::SeqCst),
         "a connection panicked (seed {seed})"
     );
     eprintln!(
@@ -1867,13 +1870,9 @@ async fn infinite_dates_and_timestamps_round_trip_as_on_postgresql() {
         )
         .await;
     assert!(!r.iter().any(|m| m.kind == b'E'), "{r:?}");
-    let binary: Vec<u8> = theirs
-        .query("COPY (SELECT * FROM src ORDER BY a) TO STDOUT (FORMAT binary)")
-        .await
-        .iter()
-        .filter(|m| m.kind == b'd')
-        .flat_map(|m| m.body.clone())
-        .collect();
+    let binary = theirs
+        .copy_out("COPY (SELECT * FROM src ORDER BY a) TO STDOUT (FORMAT binary)")
+        .await;
     let copy = "COPY inf FROM STDIN (FORMAT binary)";
     let a = comparable(&theirs.copy_in(copy, &binary).await);
     let b = comparable(&ours.copy_in(copy, &binary).await);

@@ -254,6 +254,16 @@ impl Raw {
         })
     }
 
+    /// Run a `COPY ... TO STDOUT` and return its data, the CopyData messages' bodies joined.
+    pub async fn copy_out(&mut self, sql: &str) -> Vec<u8> {
+        self.query(sql)
+            .await
+            .into_iter()
+            .filter(|m| m.kind == b'd')
+            .flat_map(|m| m.body)
+            .collect()
+    }
+
     /// Half-close the connection (the client will send nothing more) and read what the
     /// server sends until it closes it: its messages, or why it did not close within `limit`.
     pub async fn finish(&mut self, limit: Duration) -> Result<Vec<Msg>, String> {
