@@ -50,6 +50,14 @@ fn point_query(file: i64) -> String {
     format!("SELECT path, record_count FROM ducklake_data_file WHERE data_file_id = {file}")
 }
 
+const SCAN: &str = "every data file's table, snapshots and size through SQL (a whole-table scan, as ducklake_table_info() sends)";
+
+/// The whole `ducklake_data_file` table, four of its columns: what DuckLake reads for
+/// `ducklake_table_info()`, for expiring snapshots and when it attaches (whole-table scans
+/// whose cost grows with the catalog).
+const SCAN_QUERY: &str =
+    "SELECT table_id, begin_snapshot, end_snapshot, file_size_bytes FROM ducklake_data_file";
+
 fn files_query(table: i64, at: i64) -> String {
     format!(
         "SELECT data_file_id, path, record_count, file_size_bytes FROM ducklake_data_file \
@@ -133,6 +141,20 @@ pub async fn rocklake(
     let (db, s) = set_up(backend, mode, files).await?;
     let s = Arc::new(tokio::sync::Mutex::new(s));
     let phases = |s: &Session| s.phases();
+    // The scan first, while the table holds just the preloaded files (every commit below
+    // adds one).
+    let before = phases(&*s.lock().await);
+    let scan = sample(budget, |_| {
+        let s = s.clone();
+        async move {
+            let mut s = s.lock().await;
+            let out = s.run(SCAN_QUERY).await.map_err(sql_err("scan"))?;
+            std::hint::black_box(out.row_count());
+            Ok(())
+        }
+    })
+    .await?;
+    let scan_phases = split(&*s.lock().await, &before, &scan);
     let before = phases(&*s.lock().await);
     let commit = sample(budget, |i| {
         let s = s.clone();
@@ -186,6 +208,7 @@ pub async fn rocklake(
         with(row(COMMIT, subject, "durable", &commit), commit_phases),
         with(row(&reads_name(files), subject, "n/a", &read), read_phases),
         with(row(POINT, subject, "n/a", &point), point_phases),
+        with(row(&scan_name(files), subject, "n/a", &scan), scan_phases),
     ])
 }
 
@@ -198,6 +221,8 @@ pub enum Operation {
     Read,
     /// A primary-key point read.
     Point,
+    /// Every data file (a whole-table scan).
+    Scan,
 }
 
 impl std::str::FromStr for Operation {
@@ -207,8 +232,9 @@ impl std::str::FromStr for Operation {
             "commit" => Ok(Operation::Commit),
             "read" => Ok(Operation::Read),
             "point" => Ok(Operation::Point),
+            "scan" => Ok(Operation::Scan),
             other => Err(format!(
-                "unknown operation {other:?} (expected commit, read or point)"
+                "unknown operation {other:?} (expected commit, read, point or scan)"
             )),
         }
     }
@@ -253,6 +279,7 @@ pub async fn profiled_operations(
                 .run(&point_query(i as i64 % FILES))
                 .await
                 .map_err(sql_err("point read"))?,
+            Operation::Scan => s.run(SCAN_QUERY).await.map_err(sql_err("scan"))?,
         };
         std::hint::black_box(out.row_count());
     }
@@ -263,6 +290,10 @@ pub async fn profiled_operations(
 /// samples and the warm-up call.
 fn split(s: &Session, before: &rocklake_sql::PhaseSnapshot, stats: &Stats) -> String {
     s.phases().since(before).render(stats.ns.len() as u64 + 1)
+}
+
+fn scan_name(files: i64) -> String {
+    format!("{SCAN} ({files} rows)")
 }
 
 fn reads_name(files: i64) -> String {
@@ -285,6 +316,17 @@ pub async fn sqlite(dir: &std::path::Path, budget: Budget, files: i64) -> Result
         conn.execute_batch(&t).map_err(err)?;
     }
     let conn = Arc::new(Mutex::new(conn));
+    let scan = sample(budget, |_| {
+        let conn = conn.clone();
+        async move {
+            let c = conn.lock().unwrap_or_else(|e| e.into_inner());
+            let mut stmt = c.prepare(SCAN_QUERY).map_err(err)?;
+            let n = stmt.query_map([], |_| Ok(())).map_err(err)?.count();
+            std::hint::black_box(n);
+            Ok(())
+        }
+    })
+    .await?;
     let commit = sample(budget, |i| {
         let conn = conn.clone();
         async move {
@@ -323,6 +365,7 @@ pub async fn sqlite(dir: &std::path::Path, budget: Budget, files: i64) -> Result
         row(COMMIT, "sqlite", "durable (synchronous=FULL)", &commit),
         row(&reads_name(files), "sqlite", "n/a", &read),
         row(POINT, "sqlite", "n/a", &point),
+        row(&scan_name(files), "sqlite", "n/a", &scan),
     ])
 }
 
@@ -369,6 +412,15 @@ pub async fn postgres(budget: Budget, files: i64) -> Result<Option<Vec<Measureme
     for t in preload(files) {
         c.batch_execute(&t).await.map_err(err)?;
     }
+    let scan = sample(budget, |_| {
+        let c = c.clone();
+        async move {
+            let rows = c.simple_query(SCAN_QUERY).await.map_err(err)?;
+            std::hint::black_box(rows.len());
+            Ok(())
+        }
+    })
+    .await?;
     let commit = sample(budget, |i| {
         let c = c.clone();
         async move {
@@ -418,5 +470,6 @@ pub async fn postgres(budget: Budget, files: i64) -> Result<Option<Vec<Measureme
         ),
         row(&reads_name(files), "postgresql", "n/a", &read),
         row(POINT, "postgresql", "n/a", &point),
+        row(&scan_name(files), "postgresql", "n/a", &scan),
     ]))
 }

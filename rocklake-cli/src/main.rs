@@ -141,10 +141,14 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         groups: Vec<String>,
         /// Instead of the benchmark: run a fixed number of one `sql` group operation (commit,
-        /// read or point) on the in-memory model engine, untimed, for a profiler (see the
-        /// README's "Benchmarks").
+        /// read, point or scan) on the in-memory model engine (or on a new store at
+        /// `--profile-url`), untimed, for a profiler (see the README's "Benchmarks").
         #[arg(long, conflicts_with_all = ["engines", "quick", "out", "groups"])]
         profile: Option<benches::sql::Operation>,
+        /// Where `--profile` sets up its tables: a URL of a store that does not exist yet
+        /// (`sled:///tmp/p`, `file:///tmp/p`, ...); default: the in-memory model engine.
+        #[arg(long, requires = "profile")]
+        profile_url: Option<String>,
         /// How many operations `--profile` runs.
         #[arg(long, default_value_t = 200, requires = "profile",
               value_parser = clap::value_parser!(u32).range(1..))]
@@ -411,8 +415,9 @@ async fn run(command: Command, json: bool) -> CliResult {
         Command::Bench {
             profile: Some(op),
             operations,
+            profile_url,
             ..
-        } => cmd::bench::profile(op, operations as usize).await,
+        } => cmd::bench::profile(op, operations as usize, profile_url).await,
         Command::Bench {
             engines,
             quick,

@@ -88,15 +88,23 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
     Ok(out)
 }
 
-/// `--profile`: `operations` of one `sql` group operation on the model engine, untimed (the
-/// set-up is not part of what a profiler collecting inside
-/// `benches::sql::profiled_operations` counts).
-pub async fn profile(op: benches::sql::Operation, operations: usize) -> Result<ExitCode, Error> {
-    let backend: Arc<dyn KvBackend> = Arc::new(rocklake::MemoryBackend::default());
+/// `--profile`: `operations` of one `sql` group operation on the model engine, or on the
+/// store `url` names (a fresh one), untimed (the set-up is not part of what a profiler
+/// collecting inside `benches::sql::profiled_operations` counts).
+pub async fn profile(
+    op: benches::sql::Operation,
+    operations: usize,
+    url: Option<String>,
+) -> Result<ExitCode, Error> {
+    let (backend, on): (Arc<dyn KvBackend>, String) = match url {
+        None => (
+            Arc::new(rocklake::MemoryBackend::default()),
+            "the model engine".into(),
+        ),
+        Some(url) => (rocklake::open(&url).await?, url),
+    };
     let split = benches::sql::profile(backend, op, operations).await?;
-    println!(
-        "{operations} × {op:?} on the model engine; the session's phases per operation: {split}"
-    );
+    println!("{operations} × {op:?} on {on}; the session's phases per operation: {split}");
     Ok(ExitCode::SUCCESS)
 }
 
