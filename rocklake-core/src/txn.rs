@@ -390,6 +390,7 @@ impl Transaction {
             end_snapshot: None,
             cells,
             writer_epoch: epoch,
+            tuple: None,
         };
         row.check_named(table, || format!("a new {} row", table.name))?;
         if let Some(id) = named {
@@ -542,6 +543,7 @@ impl Transaction {
             end_snapshot: None,
             cells,
             writer_epoch: epoch,
+            tuple: None,
         };
         new.check_named(table, || {
             format!("an update of {}", keys::render(&binding.row_key))

@@ -51,6 +51,11 @@ pub struct Envelope {
     /// Epoch of the writer that wrote this version (codec 2).
     #[prost(uint64, tag = "5")]
     pub writer_epoch: u64,
+    /// The SQL layer's tuple number of this version (its place in PostgreSQL's heap order,
+    /// behind `ctid`), when the writer recorded one. Readers that do not know the field skip
+    /// it, as protobuf does with every unknown field.
+    #[prost(uint64, optional, tag = "6")]
+    pub tuple: Option<u64>,
 }
 
 /// One column value. `kind: None` is SQL NULL.
@@ -131,6 +136,91 @@ impl std::fmt::Display for Value {
     }
 }
 
+/// A cell borrowed from a stored row's bytes: what a scan that copies cells straight into
+/// columns reads, without a [`Value`] (and its allocation) per cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueRef<'a> {
+    /// SQL NULL.
+    Null,
+    /// An integer.
+    Int(i64),
+    /// Text.
+    Text(&'a str),
+    /// A boolean.
+    Bool(bool),
+    /// Bytes.
+    Bytes(&'a [u8]),
+}
+
+impl Value {
+    /// The cell, borrowed.
+    pub fn as_cell_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(i) => ValueRef::Int(*i),
+            Value::Text(s) => ValueRef::Text(s),
+            Value::Bool(b) => ValueRef::Bool(*b),
+            Value::Bytes(b) => ValueRef::Bytes(b),
+        }
+    }
+}
+
+impl ValueRef<'_> {
+    /// The cell, owned.
+    pub fn to_value(self) -> Value {
+        match self {
+            ValueRef::Null => Value::Null,
+            ValueRef::Int(i) => Value::Int(i),
+            ValueRef::Text(s) => Value::Text(s.to_owned()),
+            ValueRef::Bool(b) => Value::Bool(b),
+            ValueRef::Bytes(b) => Value::Bytes(b.to_vec()),
+        }
+    }
+}
+
+/// What [`visit_cells`] read of a row besides its cells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Visited {
+    /// First snapshot at which the row is visible.
+    pub begin_snapshot: u64,
+    /// Snapshot at which it stops being visible.
+    pub end_snapshot: Option<u64>,
+    /// How many cells the row stores (the columns past them are NULL).
+    pub cells: usize,
+    /// The SQL layer's tuple number, when the row records one.
+    pub tuple: Option<u64>,
+}
+
+/// Hand each cell of the stored row `bytes` that `wanted` names, borrowed, with its index, to
+/// `each`, in column order; the others are skipped unread.
+///
+/// `None` when the row is in an encoding only the full decoder takes (see [`Row::decode`]),
+/// or damaged; `each` may then have been handed some of its cells already, so a caller that
+/// built something from them starts again with [`Row::decode`], which also words the error.
+pub fn visit_cells<'a>(
+    bytes: &'a [u8],
+    wanted: &dyn Fn(usize) -> bool,
+    each: &mut dyn FnMut(usize, ValueRef<'a>),
+) -> Option<Visited> {
+    let mut n = 0;
+    let h = wire::envelope(bytes, |c| {
+        if wanted(n) {
+            each(n, wire::cell_ref(c)?);
+        }
+        n += 1;
+        Some(())
+    })?;
+    if h.codec == 0 {
+        return None;
+    }
+    Some(Visited {
+        begin_snapshot: h.begin,
+        end_snapshot: h.end,
+        cells: n,
+        tuple: h.tuple,
+    })
+}
+
 impl From<Value> for Cell {
     fn from(v: Value) -> Cell {
         Cell {
@@ -168,6 +258,9 @@ pub struct Row {
     pub cells: Vec<Value>,
     /// Epoch of the writer that wrote it (0 for rows written before codec 2).
     pub writer_epoch: u64,
+    /// The SQL layer's tuple number of this version (see [`Envelope::tuple`]); `None` for
+    /// rows written without one (by the key-space API, or before it was recorded).
+    pub tuple: Option<u64>,
 }
 
 impl Row {
@@ -178,6 +271,7 @@ impl Row {
             end_snapshot: None,
             cells,
             writer_epoch: 0,
+            tuple: None,
         }
     }
 
@@ -262,6 +356,7 @@ impl Row {
             end_snapshot: self.end_snapshot,
             cells: self.cells.iter().cloned().map(Cell::from).collect(),
             writer_epoch: self.writer_epoch,
+            tuple: self.tuple,
         }
         .encode_to_vec()
     }
@@ -297,6 +392,7 @@ impl Row {
             end_snapshot: env.end_snapshot,
             cells: env.cells.into_iter().map(Value::from).collect(),
             writer_epoch: env.writer_epoch,
+            tuple: env.tuple,
         })
     }
 
@@ -501,7 +597,7 @@ pub fn parse_cells(table: &TagInfo, set: &[impl AsRef<str>]) -> Result<Vec<Value
 /// the caller falls back to `prost`, which decides and words the error. A property test checks
 /// that it never accepts what `prost` refuses and never decodes differently.
 mod wire {
-    use super::{Row, Value};
+    use super::{Row, Value, ValueRef};
 
     pub(super) struct Reader<'a> {
         buf: &'a [u8],
@@ -584,6 +680,7 @@ mod wire {
         pub(super) begin: u64,
         pub(super) end: Option<u64>,
         pub(super) epoch: u64,
+        pub(super) tuple: Option<u64>,
     }
 
     /// Walk the envelope, handing each encoded cell to `cell`.
@@ -596,6 +693,7 @@ mod wire {
             begin: 0,
             end: None,
             epoch: 0,
+            tuple: None,
         };
         let mut r = Reader::new(bytes);
         while let Some((tag, f)) = r.next()? {
@@ -605,7 +703,8 @@ mod wire {
                 (3, Field::Varint(v)) => h.end = Some(v),
                 (4, Field::Len(c)) => cell(c)?,
                 (5, Field::Varint(v)) => h.epoch = v,
-                (1..=5, _) => return None,
+                (6, Field::Varint(v)) => h.tuple = Some(v),
+                (1..=6, _) => return None,
                 _ => {}
             }
         }
@@ -614,14 +713,20 @@ mod wire {
 
     /// Decode one cell.
     pub(super) fn cell(bytes: &[u8]) -> Option<Value> {
-        let mut v = Value::Null;
+        cell_ref(bytes).map(ValueRef::to_value)
+    }
+
+    /// Decode one cell, borrowing its text or bytes.
+    #[inline]
+    pub(super) fn cell_ref(bytes: &[u8]) -> Option<ValueRef<'_>> {
+        let mut v = ValueRef::Null;
         let mut r = Reader::new(bytes);
         while let Some((tag, f)) = r.next()? {
             v = match (tag, f) {
-                (1, Field::Varint(z)) => Value::Int(((z >> 1) as i64) ^ -((z & 1) as i64)),
-                (2, Field::Len(s)) => Value::Text(std::str::from_utf8(s).ok()?.to_owned()),
-                (3, Field::Varint(b)) => Value::Bool(b != 0),
-                (4, Field::Len(b)) => Value::Bytes(b.to_vec()),
+                (1, Field::Varint(z)) => ValueRef::Int(((z >> 1) as i64) ^ -((z & 1) as i64)),
+                (2, Field::Len(s)) => ValueRef::Text(std::str::from_utf8(s).ok()?),
+                (3, Field::Varint(b)) => ValueRef::Bool(b != 0),
+                (4, Field::Len(b)) => ValueRef::Bytes(b),
                 (1..=4, _) => return None,
                 _ => v,
             };
@@ -668,7 +773,7 @@ mod wire {
                 1 + varint_len(n as u64) + n
             })
             .sum();
-        let mut out = Vec::with_capacity(body + 32);
+        let mut out = Vec::with_capacity(body + 48);
         put_varint(&mut out, 0x08);
         put_varint(&mut out, u64::from(super::CODEC_VERSION));
         if row.begin_snapshot != 0 {
@@ -708,6 +813,10 @@ mod wire {
             out.push(0x28);
             put_varint(&mut out, row.writer_epoch);
         }
+        if let Some(tuple) = row.tuple {
+            out.push(0x30);
+            put_varint(&mut out, tuple);
+        }
         out
     }
 
@@ -731,6 +840,7 @@ mod wire {
             end_snapshot: h.end,
             cells,
             writer_epoch: h.epoch,
+            tuple: h.tuple,
         })
     }
 }
@@ -868,6 +978,7 @@ mod tests {
                 Value::Bool(true),
             ],
             writer_epoch: 7,
+            tuple: Some(300),
         };
         let bytes = row.encode(table(), &key).unwrap();
         assert_eq!(Row::decode(&key, &bytes).unwrap(), row);
@@ -976,6 +1087,21 @@ mod tests {
             reference.as_ref().ok().cloned(),
             "Row::decode agrees with prost on {bytes:02x?}"
         );
+        // The borrowing visit: the same interval and cells as prost, or a refusal.
+        let mut seen = Vec::new();
+        if let Some(v) = visit_cells(bytes, &|_| true, &mut |i, c| seen.push((i, c.to_value()))) {
+            let r = match &reference {
+                Ok(r) => r,
+                Err(e) => panic!("visit_cells accepted {seen:?}, prost refused: {e}"),
+            };
+            assert_eq!(
+                (v.begin_snapshot, v.end_snapshot),
+                (r.begin_snapshot, r.end_snapshot)
+            );
+            assert_eq!(v.cells, r.cells.len(), "cells of {bytes:02x?}");
+            let want: Vec<(usize, Value)> = r.cells.iter().cloned().enumerate().collect();
+            assert_eq!(seen, want, "visited cells of {bytes:02x?}");
+        }
         match (RowView::new(b"k", bytes), &reference) {
             (Ok(v), Ok(r)) => {
                 assert_eq!(v.version(), r.version());
@@ -1005,7 +1131,7 @@ mod tests {
             u64::MAX,
         ];
         for n in edges {
-            for end in [None, Some(0), Some(n)] {
+            for (end, tuple) in [(None, None), (Some(0), Some(0)), (Some(n), Some(n))] {
                 let row = Row {
                     begin_snapshot: n,
                     end_snapshot: end,
@@ -1024,6 +1150,7 @@ mod tests {
                         Value::Null,
                     ],
                     writer_epoch: n,
+                    tuple,
                 };
                 assert_eq!(row.encode_unchecked(), row.encode_prost(), "{row:?}");
                 assert_eq!(Row::decode(b"k", &row.encode_unchecked()).unwrap(), row);
@@ -1039,9 +1166,10 @@ mod tests {
             begin in 0u64..u64::MAX,
             end in proptest::option::of(0u64..u64::MAX),
             epoch in 0u64..u64::MAX,
+            tuple in proptest::option::of(0u64..u64::MAX),
             cells in proptest::collection::vec(arb_value(), 0..8),
         ) {
-            let row = Row { begin_snapshot: begin, end_snapshot: end, cells, writer_epoch: epoch };
+            let row = Row { begin_snapshot: begin, end_snapshot: end, cells, writer_epoch: epoch, tuple };
             let bytes = row.encode_unchecked();
             proptest::prop_assert_eq!(&bytes, &row.encode_prost(), "same bytes as prost");
             proptest::prop_assert_eq!(wire::row(&bytes, &|_| true), Some(row.clone()));
@@ -1053,7 +1181,7 @@ mod tests {
             cells in proptest::collection::vec(arb_value(), 0..10),
             mask in proptest::prelude::any::<u16>(),
         ) {
-            let row = Row { begin_snapshot: 3, end_snapshot: Some(5), cells, writer_epoch: 1 };
+            let row = Row { begin_snapshot: 3, end_snapshot: Some(5), cells, writer_epoch: 1, tuple: None };
             let wanted = |i: usize| mask & (1 << i) != 0;
             let some = Row::decode_cells(b"k", &row.encode_unchecked(), &wanted).unwrap();
             let mut expected = row.clone();
@@ -1071,7 +1199,7 @@ mod tests {
             flips in proptest::collection::vec((0usize..64, proptest::prelude::any::<u8>()), 1..4),
             cut in 0usize..80,
         ) {
-            let mut bytes = Row { begin_snapshot: 7, end_snapshot: Some(9), cells, writer_epoch: 2 }
+            let mut bytes = Row { begin_snapshot: 7, end_snapshot: Some(9), cells, writer_epoch: 2, tuple: Some(4) }
                 .encode_unchecked();
             for (at, b) in flips {
                 if !bytes.is_empty() {

@@ -28,7 +28,9 @@ pub(crate) mod values;
 use std::sync::Arc;
 use std::time::Instant;
 
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::array::{
+    Array, ArrayRef, BinaryArray, BooleanArray, RecordBatch, RecordBatchOptions,
+};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNode;
@@ -52,6 +54,7 @@ use crate::error::{Result, SqlError};
 use crate::pg_catalog::PG_CATALOG_TABLES;
 use crate::phases::{Phase, PhaseTimes};
 use crate::relation::{RelDef, StoredRow};
+use crate::scan::{rows_batch, ScanShape};
 use crate::txn::Txn;
 
 /// Whether statements take the direct path.
@@ -523,19 +526,21 @@ fn planned(state: &SessionState, e: &Expr, schema: &DFSchema) -> Result<Option<D
 pub(crate) struct Matched {
     /// The table's columns.
     pub batch: RecordBatch,
-    /// The stored rows (key, cells, tuple) of the same rows.
-    pub rows: Vec<StoredRow>,
+    /// The storage keys of the same rows, when asked for.
+    pub keys: Option<BinaryArray>,
     df_schema: DFSchema,
 }
 
 /// The rows of `target` that `selection` matches, read through `txn`, with the number of
-/// stored rows the scan read; `None` when the WHERE is not the direct path's.
+/// stored rows the scan read, and with their storage keys when `keys`; `None` when the WHERE
+/// is not the direct path's.
 pub(crate) async fn matching(
     state: &SessionState,
     txn: &Txn,
     target: &Target,
     selection: Option<&Expr>,
     columns: Option<Vec<bool>>,
+    keys: bool,
     phases: &PhaseTimes,
 ) -> Result<Option<(Matched, usize)>> {
     let planning = Instant::now();
@@ -550,7 +555,7 @@ pub(crate) async fn matching(
     };
     // The columns a scan reads: the caller's and the WHERE's (the others are placeholders in
     // the batch, see `rows_batch`). A primary-key lookup reads whole rows.
-    let mut columns = match (columns, &predicate) {
+    let columns = match (columns, &predicate) {
         (Some(mut wanted), Some(p)) => {
             for c in p.column_refs() {
                 match df_schema.index_of_column(c) {
@@ -569,28 +574,40 @@ pub(crate) async fn matching(
         .clone()
         .map(split_conjunction_owned)
         .unwrap_or_default();
-    let mut rows = match primary_keys(&target.rel, &filters)? {
+    // With `keys`, the batch has the storage keys as its last column, split off below.
+    let scanned = if keys {
+        target.rel.arrow_schema(false, true)
+    } else {
+        schema.clone()
+    };
+    let mut batch = match primary_keys(&target.rel, &filters)? {
         // Every primary-key column is named by `=` or `IN`: the primary-key index finds the
         // rows, whatever the table's storage key leads with.
-        Some(keys) => {
-            columns = None;
-            by_primary_key(txn, &target.rel, keys).await?
+        Some(pks) => {
+            let rows = by_primary_key(txn, &target.rel, pks).await?;
+            rows_batch(&target.rel, &scanned, &rows, false, keys, None)?
         }
         None => {
             let ranges = target.rel.ranges_for(&filters);
-            txn.columns_in_heap_order(&target.rel, &ranges, false, columns.as_deref())
+            let shape = ScanShape {
+                ctid: false,
+                key: keys,
+                read: columns.as_deref(),
+            };
+            txn.scan_batch(&target.rel, &ranges, &scanned, shape)
                 .await?
         }
     };
-    let read = rows.len();
-    let mut batch = crate::provider::rows_batch(
-        &target.rel,
-        &schema,
-        &rows,
-        false,
-        false,
-        columns.as_deref(),
-    )?;
+    let read = batch.num_rows();
+    let mut key_column = None;
+    if keys {
+        key_column = Some(batch.remove_column(batch.num_columns() - 1));
+        batch = RecordBatch::try_new_with_options(
+            schema,
+            batch.columns().to_vec(),
+            &RecordBatchOptions::new().with_row_count(Some(read)),
+        )?;
+    }
     phases.since(Phase::Storage, reading);
     if let Some(p) = predicate {
         let physical = state.create_physical_expr(p, &df_schema)?;
@@ -600,13 +617,22 @@ pub(crate) async fn matching(
             .downcast_ref::<BooleanArray>()
             .ok_or_else(|| SqlError::internal("a WHERE did not evaluate to booleans"))?;
         batch = filter_record_batch(&batch, mask)?;
-        let mut keep = (0..mask.len()).map(|i| mask.is_valid(i) && mask.value(i));
-        rows.retain(|_| keep.next().unwrap_or(false));
+        if let Some(k) = key_column.as_mut() {
+            *k = datafusion::arrow::compute::filter(k, mask)?;
+        }
     }
+    let keys = key_column
+        .map(|k| {
+            k.as_any()
+                .downcast_ref::<BinaryArray>()
+                .cloned()
+                .ok_or_else(|| SqlError::internal("storage keys that are not bytes"))
+        })
+        .transpose()?;
     Ok(Some((
         Matched {
             batch,
-            rows,
+            keys,
             df_schema,
         },
         read,
@@ -645,8 +671,16 @@ pub(crate) async fn select(
             *w = true;
         }
     }
-    let Some((m, read)) =
-        matching(state, txn, &plan.target, selection, Some(wanted), phases).await?
+    let Some((m, read)) = matching(
+        state,
+        txn,
+        &plan.target,
+        selection,
+        Some(wanted),
+        false,
+        phases,
+    )
+    .await?
     else {
         return Ok(None);
     };

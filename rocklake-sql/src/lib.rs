@@ -42,6 +42,7 @@ pub mod relation;
 // Stored rows: the database, its transactions and their table locks.
 pub mod db;
 pub mod locks;
+pub mod scan;
 pub mod txn;
 
 // What DataFusion plans over: table providers, `pg_catalog`, PostgreSQL's functions, and

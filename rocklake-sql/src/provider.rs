@@ -5,18 +5,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{
-    new_null_array, ArrayRef, BinaryBuilder, RecordBatch, RecordBatchOptions, StringBuilder,
-};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, Session, TableProvider};
-use datafusion::common::ScalarValue;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
-use rocklake_core::values::Value;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::catalog::Catalog;
@@ -26,6 +21,7 @@ use crate::pg_catalog::{
 };
 use crate::phases::{Phase, PhaseTimes};
 use crate::relation::RelDef;
+use crate::scan::ScanShape;
 use crate::txn::Txn;
 
 /// What a session shares with the DataFusion objects planning its statements.
@@ -206,7 +202,7 @@ impl TableProvider for RockTable {
             }
             read
         });
-        let rows = {
+        let batch = {
             let guard = self.shared.txn.lock().await;
             let txn = guard.as_ref().ok_or_else(|| {
                 to_df(SqlError::internal(
@@ -216,22 +212,18 @@ impl TableProvider for RockTable {
             // Rows come back in the order PostgreSQL's heap would give them: by tuple number,
             // which is the order row versions were written (a scan without ORDER BY reads
             // the same sequence from both).
-            txn.columns_in_heap_order(&self.rel, &ranges, self.ctid, read.as_deref())
+            let shape = ScanShape {
+                ctid: self.ctid,
+                key: self.key,
+                read: read.as_deref(),
+            };
+            txn.scan_batch(&self.rel, &ranges, &self.schema, shape)
                 .await
                 .map_err(to_df)?
         };
         self.shared
             .pairs_read
-            .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        let batch = rows_batch(
-            &self.rel,
-            &self.schema,
-            &rows,
-            self.ctid,
-            self.key,
-            read.as_deref(),
-        )
-        .map_err(to_df)?;
+            .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
         self.shared.phases.since(Phase::Storage, started);
         let exec = MemorySourceConfig::try_new_exec(
             &[vec![batch]],
@@ -240,59 +232,6 @@ impl TableProvider for RockTable {
         )?;
         Ok(exec)
     }
-}
-
-/// Stored rows of `rel` as one batch of `schema` (the table's columns, then `ctid` and the
-/// storage key when asked for).
-///
-/// With `read`, the columns it does not mark were not read (their cells are `Null`): they
-/// become placeholders that no caller looks at (NULLs, or the type's default value where the
-/// column cannot be NULL, so that `schema` holds as it is).
-pub fn rows_batch(
-    rel: &RelDef,
-    schema: &SchemaRef,
-    rows: &[crate::relation::StoredRow],
-    ctid: bool,
-    key: bool,
-    read: Option<&[bool]>,
-) -> crate::error::Result<RecordBatch> {
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-    for (i, c) in rel.columns.iter().enumerate() {
-        if read.is_some_and(|r| !r.get(i).copied().unwrap_or(true)) {
-            let field = schema.field(i);
-            columns.push(if field.is_nullable() {
-                new_null_array(field.data_type(), rows.len())
-            } else {
-                ScalarValue::new_default(field.data_type())
-                    .and_then(|v| v.to_array_of_size(rows.len()))
-                    .map_err(SqlError::from)?
-            });
-            continue;
-        }
-        let cells: Vec<&Value> = rows.iter().map(|r| &r.cells[i]).collect();
-        let what = || format!("{}.{}", rel.qualified(), c.name);
-        columns.push(c.ty.to_array(&cells, &what)?);
-    }
-    if ctid {
-        let mut b = StringBuilder::with_capacity(rows.len(), rows.len() * 8);
-        for r in rows {
-            b.append_value(RelDef::ctid_text(r.tuple.unwrap_or(0)));
-        }
-        columns.push(Arc::new(b.finish()));
-    }
-    if key {
-        let mut b = BinaryBuilder::with_capacity(rows.len(), rows.len() * 25);
-        for r in rows {
-            b.append_value(&r.key);
-        }
-        columns.push(Arc::new(b.finish()));
-    }
-    RecordBatch::try_new_with_options(
-        schema.clone(),
-        columns,
-        &RecordBatchOptions::new().with_row_count(Some(rows.len())),
-    )
-    .map_err(|e| SqlError::internal(format!("building a batch of {}: {e}", rel.qualified())))
 }
 
 /// `pg_catalog` as a schema (for `pg_catalog.pg_class` and the like).

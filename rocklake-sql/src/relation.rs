@@ -491,6 +491,9 @@ impl RelDef {
                 while matches!(row.cells.last(), Some(Value::Null)) {
                     row.cells.pop();
                 }
+                // The tuple number goes in the row as well as in the tuple index: a scan then
+                // reads one pair per row, not two.
+                row.tuple = Some(tuple);
                 Ok((key, row.encode_unchecked()))
             }
             Layout::Inlined {
@@ -603,6 +606,7 @@ impl RelDef {
                 // Each stored cell has one column (columns have distinct names), so cells are
                 // moved out, not copied.
                 let mut cells = row.cells;
+                let tuple = row.tuple;
                 Ok(Some((
                     slots
                         .iter()
@@ -618,7 +622,7 @@ impl RelDef {
                                 .unwrap_or(Value::Null),
                         })
                         .collect(),
-                    None,
+                    tuple,
                 )))
             }
             Layout::Inlined { version, .. } => {

@@ -257,7 +257,8 @@ impl Txn {
             })
             .await?;
             let read = &mut out[first..];
-            if tuples && rel.tuples_indexed() && !read.is_empty() {
+            // Rows written since the tuple number is kept in the row need no index read.
+            if tuples && rel.tuples_indexed() && read.iter().any(|r| r.tuple.is_none()) {
                 // The tuple index holds `prefix | row key`, so its entries come in the rows'
                 // key order: one merge gives each row its number, with nothing copied.
                 let prefix = rel.tuple_index_prefix();
@@ -303,7 +304,7 @@ impl Txn {
     /// Offer each pair of `range`, ascending, own writes applied, to `each`; the first error
     /// stops the visit and is returned. Without own writes in the range the view lends each
     /// pair in place, uncopied.
-    async fn visit(&self, range: &KeyRange, each: &mut PairVisitor<'_>) -> Result<()> {
+    pub(crate) async fn visit(&self, range: &KeyRange, each: &mut PairVisitor<'_>) -> Result<()> {
         let (lo, hi) = range.as_slices();
         if self.writes.range::<[u8], _>((lo, hi)).next().is_some() {
             for (k, v) in self.scan(range).await? {
@@ -726,7 +727,7 @@ impl Txn {
 }
 
 /// `range` with every bound behind `prefix`.
-fn prefixed(prefix: &[u8], range: &KeyRange) -> KeyRange {
+pub(crate) fn prefixed(prefix: &[u8], range: &KeyRange) -> KeyRange {
     use std::ops::Bound;
     let with = |k: &Bytes| Bytes::from([prefix, k.as_ref()].concat());
     KeyRange {

@@ -23,11 +23,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder, Date32Array,
-    Date32Builder, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array,
-    IntervalMonthDayNanoArray, IntervalMonthDayNanoBuilder, StringArray, StringBuilder,
-    Time64MicrosecondArray, Time64MicrosecondBuilder, TimestampMicrosecondArray,
-    TimestampMicrosecondBuilder,
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, Date32Array, Float32Array,
+    Float64Array, Int16Array, Int32Array, Int64Array, IntervalMonthDayNanoArray,
+    IntervalMonthDayNanoBuilder, StringArray, Time64MicrosecondArray, TimestampMicrosecondArray,
 };
 use datafusion::arrow::array::{AsArray, ListArray};
 use datafusion::arrow::buffer::OffsetBuffer;
@@ -38,7 +36,9 @@ use rocklake_core::values::Value;
 use crate::error::{state, Result, SqlError};
 use crate::temporal::{Interval, TimeTz};
 
+mod build;
 mod output;
+pub use build::ColumnBuilder;
 pub use output::{pg_text, str_value};
 
 /// An Arrow interval as PostgreSQL's three fields (nanoseconds truncated to microseconds).
@@ -310,149 +310,11 @@ impl SqlType {
     /// Build an Arrow array of this type from stored cells. A cell of the wrong kind is
     /// corruption, reported with `what` (the table and column).
     pub fn to_array(&self, cells: &[&Value], what: &dyn Fn() -> String) -> Result<ArrayRef> {
-        let bad = |v: &Value| {
-            SqlError::new(
-                state::DATA_CORRUPTED,
-                format!("{}: a stored {} cell holds {v}", what(), self.pg_name()),
-            )
-        };
-        let int = |v: &Value| match v {
-            Value::Null => Ok(None),
-            Value::Int(i) => Ok(Some(*i)),
-            other => Err(bad(other)),
-        };
-        // Borrowed: the builders copy the bytes once, into the array.
-        fn text<'v>(v: &'v Value, bad: &dyn Fn(&Value) -> SqlError) -> Result<Option<&'v str>> {
-            match v {
-                Value::Null => Ok(None),
-                Value::Text(s) => Ok(Some(s.as_str())),
-                other => Err(bad(other)),
-            }
+        let mut b = ColumnBuilder::new(*self, cells.len());
+        for v in cells {
+            b.push(v.as_cell_ref(), what)?;
         }
-        let text = |v| text(v, &bad);
-        Ok(match self {
-            SqlType::BigInt => Arc::new(
-                cells
-                    .iter()
-                    .map(|v| int(v))
-                    .collect::<Result<Int64Array>>()?,
-            ),
-            SqlType::Integer => Arc::new(
-                cells
-                    .iter()
-                    .map(|v| int(v).map(|o| o.map(|i| i as i32)))
-                    .collect::<Result<Int32Array>>()?,
-            ),
-            SqlType::SmallInt => Arc::new(
-                cells
-                    .iter()
-                    .map(|v| int(v).map(|o| o.map(|i| i as i16)))
-                    .collect::<Result<Int16Array>>()?,
-            ),
-            SqlType::Boolean => {
-                let mut b = BooleanBuilder::with_capacity(cells.len());
-                for v in cells {
-                    match v {
-                        Value::Null => b.append_null(),
-                        Value::Bool(x) => b.append_value(*x),
-                        other => return Err(bad(other)),
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            SqlType::Text | SqlType::Uuid | SqlType::TimeTz => {
-                let mut b = StringBuilder::with_capacity(cells.len(), cells.len() * 16);
-                for v in cells {
-                    b.append_option(text(v)?);
-                }
-                Arc::new(b.finish())
-            }
-            SqlType::TimestampTz | SqlType::Timestamp => {
-                let mut b = TimestampMicrosecondBuilder::with_capacity(cells.len());
-                for v in cells {
-                    b.append_option(int(v)?);
-                }
-                let a = b.finish();
-                match self {
-                    SqlType::TimestampTz => Arc::new(a.with_timezone("+00:00")),
-                    _ => Arc::new(a),
-                }
-            }
-            SqlType::Date => {
-                let mut b = Date32Builder::with_capacity(cells.len());
-                for v in cells {
-                    b.append_option(int(v)?.map(|d| d as i32));
-                }
-                Arc::new(b.finish())
-            }
-            SqlType::Time => {
-                let mut b = Time64MicrosecondBuilder::with_capacity(cells.len());
-                for v in cells {
-                    b.append_option(int(v)?);
-                }
-                Arc::new(b.finish())
-            }
-            SqlType::Interval => {
-                let mut b = IntervalMonthDayNanoBuilder::with_capacity(cells.len());
-                for v in cells {
-                    match v {
-                        Value::Null => b.append_null(),
-                        Value::Bytes(x) => {
-                            let iv = Interval::from_bytes(x).ok_or_else(|| bad(v))?;
-                            b.append_value(IntervalMonthDayNano::new(
-                                iv.months,
-                                iv.days,
-                                iv.micros.saturating_mul(1_000),
-                            ));
-                        }
-                        other => return Err(bad(other)),
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            SqlType::Bytea => {
-                let mut b = BinaryBuilder::with_capacity(cells.len(), cells.len() * 16);
-                for v in cells {
-                    match v {
-                        Value::Null => b.append_null(),
-                        Value::Bytes(x) => b.append_value(x),
-                        other => return Err(bad(other)),
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            SqlType::Double | SqlType::Real | SqlType::Numeric(..) => {
-                let mut b = StringBuilder::with_capacity(cells.len(), cells.len() * 8);
-                for v in cells {
-                    b.append_option(text(v)?);
-                }
-                let strings: ArrayRef = Arc::new(b.finish());
-                cast(&strings, &self.arrow()).map_err(|e| {
-                    SqlError::new(
-                        state::DATA_CORRUPTED,
-                        format!(
-                            "{}: stored {} text does not parse: {e}",
-                            what(),
-                            self.pg_name()
-                        ),
-                    )
-                })?
-            }
-            SqlType::Array(e) => {
-                let texts = cells.iter().map(|v| text(v)).collect::<Result<Vec<_>>>()?;
-                list_from_texts(texts.iter().copied(), *e, &what()).map_err(|err| {
-                    SqlError::new(
-                        state::DATA_CORRUPTED,
-                        format!(
-                            "{}: a stored {} cell does not parse: {}",
-                            what(),
-                            self.pg_name(),
-                            err.message
-                        ),
-                    )
-                })?
-            }
-        })
+        b.finish(what)
     }
 
     /// The cell for row `i` of `array`, which must already be of [`SqlType::arrow`].

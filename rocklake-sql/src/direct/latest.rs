@@ -122,7 +122,7 @@ impl Latest {
             }
         }
         let Some((all, read)) =
-            super::matching(state, txn, &self.source, None, None, phases).await?
+            super::matching(state, txn, &self.source, None, None, false, phases).await?
         else {
             return Ok(None);
         };

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::TaskContext;
@@ -186,6 +186,7 @@ impl Session {
             target,
             selection,
             None,
+            true,
             &self.shared.phases,
         )
         .await
@@ -196,9 +197,9 @@ impl Session {
             .fetch_add(read as u64, Ordering::Relaxed);
         let values = direct::evaluate(&self.direct_state, &m, set).ok()??;
         self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
-        let keys: ArrayRef = Arc::new(BinaryArray::from_iter_values(
-            m.rows.iter().map(|r| r.key.as_ref()),
-        ));
+        let keys = m.keys?;
+        let rows = keys.len();
+        let keys: ArrayRef = Arc::new(keys);
         let mut fields = vec![Field::new(KEY_COLUMN, DataType::Binary, false)];
         let mut columns = vec![keys];
         for (i, v) in values.into_iter().enumerate() {
@@ -212,7 +213,7 @@ impl Session {
         RecordBatch::try_new_with_options(
             Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
             columns,
-            &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(m.rows.len())),
+            &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows)),
         )
         .ok()
     }
