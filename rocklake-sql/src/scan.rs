@@ -230,7 +230,7 @@ impl Txn {
         range: &KeyRange,
         keys: &BinaryBuilder,
         first: usize,
-        tuples: &mut Vec<u64>,
+        tuples: &mut [u64],
     ) -> Result<()> {
         let offsets = keys.offsets_slice();
         let bytes = keys.values_slice();
@@ -280,7 +280,7 @@ fn placeholder(field: &Field, rows: usize) -> Result<ArrayRef> {
 /// storage key when asked for).
 ///
 /// With `read`, the columns it does not mark were not read (their cells are `Null`): they
-/// become placeholders (see [`placeholder`]).
+/// become placeholders: NULLs, or the type's default value where the column cannot be NULL.
 pub fn rows_batch(
     rel: &RelDef,
     schema: &SchemaRef,
