@@ -21,7 +21,7 @@ use rocklake_core::values::{visit_cells, Value, ValueRef};
 
 use crate::error::{state, Result, SqlError};
 use crate::relation::{Layout, RelDef, Slot, StoredRow};
-use crate::txn::{prefixed, Txn};
+use crate::txn::Txn;
 use crate::types::ColumnBuilder;
 
 /// What a scan of one table reads and returns.
@@ -165,7 +165,11 @@ impl Txn {
             // Rows written before the tuple number was kept in the row take it from the
             // tuple index.
             if tuples[first..].contains(&u64::MAX) {
-                self.number_tuples(rel, range, &keys, first, &mut tuples)
+                let offsets = keys.offsets_slice();
+                let bytes = keys.values_slice();
+                let key =
+                    |i: usize| &bytes[offsets[first + i] as usize..offsets[first + i + 1] as usize];
+                self.merge_tuple_index(rel, range, &key, &mut tuples[first..])
                     .await?;
             }
         }
@@ -220,49 +224,6 @@ impl Txn {
         )
         .map(Some)
         .map_err(|e| SqlError::internal(format!("building a batch of {}: {e}", rel.qualified())))
-    }
-
-    /// Fill in the tuple numbers that rows `first..` of `keys` (read from `range`, in key
-    /// order) lack (`u64::MAX` in `tuples`) from the tuple index.
-    async fn number_tuples(
-        &self,
-        rel: &RelDef,
-        range: &KeyRange,
-        keys: &BinaryBuilder,
-        first: usize,
-        tuples: &mut [u64],
-    ) -> Result<()> {
-        let offsets = keys.offsets_slice();
-        let bytes = keys.values_slice();
-        let key = |i: usize| &bytes[offsets[i] as usize..offsets[i + 1] as usize];
-        let rows = offsets.len() - 1;
-        // The tuple index holds `prefix | row key`, so its entries come in the rows' key
-        // order: one merge numbers them.
-        let prefix = rel.tuple_index_prefix();
-        let mut next = first;
-        self.visit(&prefixed(&prefix, range), &mut |k, v| {
-            let row_key = &k[prefix.len()..];
-            while next < rows && key(next) < row_key {
-                next += 1;
-            }
-            if next < rows && key(next) == row_key {
-                let n = <[u8; 8]>::try_from(v).map_err(|_| {
-                    SqlError::new(
-                        state::DATA_CORRUPTED,
-                        format!(
-                            "the tuple number under {} is not 8 bytes",
-                            rocklake_core::keys::hex(k)
-                        ),
-                    )
-                })?;
-                if tuples[next] == u64::MAX {
-                    tuples[next] = u64::from_be_bytes(n);
-                }
-                next += 1;
-            }
-            Ok(())
-        })
-        .await
     }
 }
 

@@ -259,31 +259,16 @@ impl Txn {
             let read = &mut out[first..];
             // Rows written since the tuple number is kept in the row need no index read.
             if tuples && rel.tuples_indexed() && read.iter().any(|r| r.tuple.is_none()) {
-                // The tuple index holds `prefix | row key`, so its entries come in the rows'
-                // key order: one merge gives each row its number, with nothing copied.
-                let prefix = rel.tuple_index_prefix();
-                let mut next = 0;
-                self.visit(&prefixed(&prefix, r), &mut |k, v| {
-                    let row_key = &k[prefix.len()..];
-                    while next < read.len() && read[next].key.as_ref() < row_key {
-                        next += 1;
+                let mut numbers: Vec<u64> =
+                    read.iter().map(|r| r.tuple.unwrap_or(u64::MAX)).collect();
+                let rows: &[StoredRow] = read;
+                self.merge_tuple_index(rel, r, &|i| rows[i].key.as_ref(), &mut numbers)
+                    .await?;
+                for (row, n) in read.iter_mut().zip(numbers) {
+                    if n != u64::MAX {
+                        row.tuple = Some(n);
                     }
-                    if next < read.len() && read[next].key.as_ref() == row_key {
-                        let n = <[u8; 8]>::try_from(v).map_err(|_| {
-                            SqlError::new(
-                                state::DATA_CORRUPTED,
-                                format!(
-                                    "the tuple number under {} is not 8 bytes",
-                                    rocklake_core::keys::hex(k)
-                                ),
-                            )
-                        })?;
-                        read[next].tuple = read[next].tuple.or(Some(u64::from_be_bytes(n)));
-                        next += 1;
-                    }
-                    Ok(())
-                })
-                .await?;
+                }
             }
             if strict {
                 if let Some(r) = read.iter().find(|r| r.tuple.is_none()) {
@@ -299,6 +284,45 @@ impl Txn {
             }
         }
         Ok(out)
+    }
+
+    /// Fill in the tuple numbers `tuples` lacks (`u64::MAX`) from the tuple index, for the
+    /// rows of `rel` read from `range` whose keys, in key order, are `key(0..tuples.len())`.
+    /// The index holds `prefix | row key`, so its entries come in the rows' key order: one
+    /// merge numbers them, with nothing copied.
+    pub(crate) async fn merge_tuple_index<'k>(
+        &self,
+        rel: &RelDef,
+        range: &KeyRange,
+        key: &(dyn Fn(usize) -> &'k [u8] + Sync),
+        tuples: &mut [u64],
+    ) -> Result<()> {
+        let prefix = rel.tuple_index_prefix();
+        let rows = tuples.len();
+        let mut next = 0;
+        self.visit(&prefixed(&prefix, range), &mut |k, v| {
+            let row_key = &k[prefix.len()..];
+            while next < rows && key(next) < row_key {
+                next += 1;
+            }
+            if next < rows && key(next) == row_key {
+                let n = <[u8; 8]>::try_from(v).map_err(|_| {
+                    SqlError::new(
+                        state::DATA_CORRUPTED,
+                        format!(
+                            "the tuple number under {} is not 8 bytes",
+                            rocklake_core::keys::hex(k)
+                        ),
+                    )
+                })?;
+                if tuples[next] == u64::MAX {
+                    tuples[next] = u64::from_be_bytes(n);
+                }
+                next += 1;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Offer each pair of `range`, ascending, own writes applied, to `each`; the first error
@@ -727,7 +751,7 @@ impl Txn {
 }
 
 /// `range` with every bound behind `prefix`.
-pub(crate) fn prefixed(prefix: &[u8], range: &KeyRange) -> KeyRange {
+fn prefixed(prefix: &[u8], range: &KeyRange) -> KeyRange {
     use std::ops::Bound;
     let with = |k: &Bytes| Bytes::from([prefix, k.as_ref()].concat());
     KeyRange {
