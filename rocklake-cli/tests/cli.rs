@@ -244,8 +244,8 @@ fn main_job_serves_a_local_catalog_and_prints_the_attach_line() {
 }
 
 /// `bench --profile` (the fixed workload profilers count instructions over) runs the `sql`
-/// group's operation on the model engine and prints the session's phases; a wrong operation
-/// or count is refused by name.
+/// group's operation on the model engine, or on a new store at `--profile-url`, and prints
+/// the session's phases; a wrong operation or count is refused by name.
 #[test]
 fn bench_profile_runs_one_sql_operation_a_fixed_number_of_times() {
     for op in ["commit", "point"] {
@@ -256,11 +256,27 @@ fn bench_profile_runs_one_sql_operation_a_fixed_number_of_times() {
         );
         assert!(out.contains("parse ") && out.contains("commit "), "{out}");
     }
-    let (success, _, err) = rocklake(&["bench", "--profile", "scan"]);
+    // On a real engine: a new store at --profile-url.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/profiled", dir.path().display());
+    let out = ok(&[
+        "bench",
+        "--profile",
+        "scan",
+        "--operations",
+        "2",
+        "--profile-url",
+        &url,
+    ]);
+    assert!(out.contains("2 × Scan on file://"), "{out}");
+    assert!(out.contains("storage "), "{out}");
+    let (success, _, err) = rocklake(&["bench", "--profile", "sideways"]);
     assert!(
-        !success && err.contains("expected commit, read or point"),
+        !success && err.contains("expected commit, read, point or scan"),
         "{err}"
     );
+    let (success, _, err) = rocklake(&["bench", "--profile-url", &url]);
+    assert!(!success && err.contains("--profile"), "{err}");
     let (success, _, err) = rocklake(&["bench", "--profile", "read", "--operations", "0"]);
     assert!(!success && err.contains("--operations"), "{err}");
     let (success, _, err) = rocklake(&["bench", "--profile", "read", "--quick"]);
