@@ -51,9 +51,9 @@ pub struct Envelope {
     /// Epoch of the writer that wrote this version (codec 2).
     #[prost(uint64, tag = "5")]
     pub writer_epoch: u64,
-    /// The SQL layer's tuple number of this version (its place in PostgreSQL's heap order,
-    /// behind `ctid`), when the writer recorded one. Readers that do not know the field skip
-    /// it, as protobuf does with every unknown field.
+    /// A number the writer chose for this version (the order its readers return versions
+    /// in), when it recorded one; the key space gives it no meaning. Readers that do not know
+    /// the field skip it, as protobuf does with every unknown field.
     #[prost(uint64, optional, tag = "6")]
     pub tuple: Option<u64>,
 }
@@ -187,7 +187,7 @@ pub struct Visited {
     pub end_snapshot: Option<u64>,
     /// How many cells the row stores (the columns past them are NULL).
     pub cells: usize,
-    /// The SQL layer's tuple number, when the row records one.
+    /// The writer's number for this version ([`Envelope::tuple`]), when the row records one.
     pub tuple: Option<u64>,
 }
 
@@ -258,7 +258,7 @@ pub struct Row {
     pub cells: Vec<Value>,
     /// Epoch of the writer that wrote it (0 for rows written before codec 2).
     pub writer_epoch: u64,
-    /// The SQL layer's tuple number of this version (see [`Envelope::tuple`]); `None` for
+    /// The writer's number for this version (see [`Envelope::tuple`]); `None` for
     /// rows written without one (by the key-space API, or before it was recorded).
     pub tuple: Option<u64>,
 }
