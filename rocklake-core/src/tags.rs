@@ -299,7 +299,8 @@ pub const SECONDARY_INDEX: Tag = Tag(0x80);
 pub const AUDIT_ENTRY: Tag = Tag(0x81);
 /// `0x82` definitions of tables that a layer above the core created (opaque text).
 pub const RELATION: Tag = Tag(0x82);
-/// `0x83` rows of those tables that have no tag of their own.
+/// `0x83` rows of those tables that have no tag of their own, and a tagged table's rows
+/// whose key another of its rows holds.
 pub const RELATION_ROW: Tag = Tag(0x83);
 /// `0xFD` inlined small inserts.
 pub const INLINED_INSERT: Tag = Tag(0xFD);
@@ -711,7 +712,7 @@ pub static REGISTRY: &[TagInfo] = &[
         Row,
         cols!("row_id": BigInt, "data": Bytes),
         RockLake,
-        "Rows of those tables that have no tag of their own; data is the row's cells, encoded as a row."
+        "Rows of those tables that have no tag of their own, and a tagged table's rows whose key another of its rows holds; data is the row's cells, encoded as a row."
     ),
     table!(
         0xFD,

@@ -264,18 +264,28 @@ impl Database {
             )
             .await?;
         } else {
-            visit_all(view, rel.full_range(), 1024, &mut |k, v| {
-                match rel.decode(k, v) {
-                    Ok(Some((_, Some(t)))) => max = max.max(t),
-                    Ok(_) => {}
-                    Err(e) => {
-                        bad = Some(e);
-                        return false;
+            // An inlined table's overflow rows are not in its range (see
+            // `RelDef::overflow_range`); a tagged table's are in its tuple index.
+            for range in [Some(rel.full_range()), rel.overflow_range()]
+                .into_iter()
+                .flatten()
+            {
+                visit_all(view, range, 1024, &mut |k, v| {
+                    match rel.decode(k, v) {
+                        Ok(Some((_, Some(t)))) => max = max.max(t),
+                        Ok(_) => {}
+                        Err(e) => {
+                            bad = Some(e);
+                            return false;
+                        }
                     }
+                    true
+                })
+                .await?;
+                if bad.is_some() {
+                    break;
                 }
-                true
-            })
-            .await?;
+            }
         }
         if let Some(e) = bad {
             return Err(e);

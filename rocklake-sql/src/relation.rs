@@ -14,6 +14,12 @@
 //!   SQL row encoded as a row.
 //! - **Rows**: every other table: `0x83 | relation_id | row_id`, cells `row_id, data`.
 //!
+//! A tagged or inlined row whose storage key another row of its table already holds (DuckLake
+//! writes such rows, and PostgreSQL's heap keeps every one of them) goes where a plain table's
+//! rows go, `0x83 | relation_id | row_id`, as a plain table's row: the *overflow* of the table.
+//! Every read of the table's key ranges also reads the overflow rows whose storage key would
+//! fall in them (see [`RelDef::overflow_range`]).
+//!
 //! A table with a PRIMARY KEY also keeps, per row, `0x80 | 0x02 | relation_id | key value` →
 //! the row's storage key: a commit that adds one carries the precondition "absent", which is
 //! how two sessions inserting the same key are told apart atomically (SQLSTATE 23505).
@@ -525,17 +531,59 @@ impl RelDef {
                     Some(k) if k.len() == 17 => u64::from_be_bytes(k[9..17].try_into().unwrap()),
                     _ => issue()?,
                 };
-                let key = row_key(tags::RELATION_ROW, &[self.id, rid]);
-                let row = Row::new(
-                    0,
-                    vec![
-                        Value::Int(rid as i64),
-                        Value::Bytes(Row::new(tuple, cells.to_vec()).encode_unchecked()),
-                    ],
-                );
-                Ok((key, row.encode_unchecked()))
+                Ok(self.encode_plain(cells, rid, tuple))
             }
         }
+    }
+
+    /// A row as a plain table stores it: `0x83 | relation_id | rid`, cells `rid, data`.
+    fn encode_plain(&self, cells: &[Value], rid: u64, tuple: u64) -> (Vec<u8>, Vec<u8>) {
+        let key = row_key(tags::RELATION_ROW, &[self.id, rid]);
+        let row = Row::new(
+            0,
+            vec![
+                Value::Int(rid as i64),
+                Value::Bytes(Row::new(tuple, cells.to_vec()).encode_unchecked()),
+            ],
+        );
+        (key, row.encode_unchecked())
+    }
+
+    /// Where the rows of a tagged or inlined table go whose storage key another row already
+    /// holds: the relation-row space of this relation, `0x83 | relation_id`. `None` for a plain
+    /// table, whose every key is issued and so never shared.
+    pub fn overflow_range(&self) -> Option<KeyRange> {
+        match self.layout {
+            Layout::Rows => None,
+            Layout::Tagged { .. } | Layout::Inlined { .. } => Some(KeyRange::prefix(
+                &keys::prefix(tags::RELATION_ROW, &[self.id]),
+            )),
+        }
+    }
+
+    /// Whether `key` is one of this table's overflow rows (see [`RelDef::overflow_range`]).
+    pub fn is_overflow(&self, key: &[u8]) -> bool {
+        !matches!(self.layout, Layout::Rows) && key.first() == Some(&tags::RELATION_ROW.0)
+    }
+
+    /// The overflow row `rid` holding `cells` (see [`RelDef::overflow_range`]); an overflow
+    /// row keeps its key when updated (`rid` from [`RelDef::overflow_id`]).
+    pub fn encode_overflow(&self, cells: &[Value], rid: u64, tuple: u64) -> (Vec<u8>, Vec<u8>) {
+        self.encode_plain(cells, rid, tuple)
+    }
+
+    /// The row id of an overflow row's key.
+    pub fn overflow_id(&self, key: &[u8]) -> Option<u64> {
+        (self.is_overflow(key) && key.len() == 17)
+            .then(|| u64::from_be_bytes(key[9..17].try_into().unwrap()))
+    }
+
+    /// The storage key an overflow row's cells would have (the key another row holds), to
+    /// tell which key ranges it belongs to; `None` when the cells make no key.
+    pub fn home_key(&self, cells: &[Value]) -> Option<Vec<u8>> {
+        self.encode(cells, None, &mut || Ok(0), 0)
+            .ok()
+            .map(|(k, _)| k)
     }
 
     /// Whether writing a row (an insert when `old_key` is `None`) draws an issued id.
@@ -578,7 +626,8 @@ impl RelDef {
         value: &[u8],
         cells: Option<&[bool]>,
     ) -> Result<Option<(Vec<Value>, Option<u64>)>> {
-        let row = match cells {
+        let overflow = self.is_overflow(key);
+        let row = match cells.filter(|_| !overflow) {
             None => Row::decode(key, value),
             Some(w) => Row::decode_cells(key, value, &|i| w.get(i).copied().unwrap_or(false)),
         }
@@ -601,6 +650,9 @@ impl RelDef {
                 )),
             }
         };
+        if overflow {
+            return nested(row.cells.get(1)).map(Some);
+        }
         match &self.layout {
             Layout::Tagged { slots, .. } => {
                 // Each stored cell has one column (columns have distinct names), so cells are

@@ -53,7 +53,10 @@ impl Txn {
         schema: &SchemaRef,
         shape: ScanShape<'_>,
     ) -> Result<RecordBatch> {
-        if let Layout::Tagged { slots, cells, .. } = &rel.layout {
+        // A table with overflow rows in these ranges is read row by row (rare: DuckLake
+        // writes rows sharing a storage key in few cases).
+        let overflow = self.has_overflow(rel, ranges).await?;
+        if let (Layout::Tagged { slots, cells, .. }, false) = (&rel.layout, overflow) {
             if let Some(batch) = self
                 .tagged_batch(rel, slots, *cells, ranges, schema, shape)
                 .await?

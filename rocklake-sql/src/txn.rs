@@ -76,12 +76,16 @@ impl Txn {
     /// temporary table `ON COMMIT DROP`): its definition, rows and index entries, so that the
     /// commit carries none of it.
     pub fn discard_created(&mut self, rel: &RelDef) {
-        let ranges = [
-            rel.full_range(),
-            KeyRange::prefix(&rel.pk_index_prefix()),
-            KeyRange::prefix(&rel.tuple_index_prefix()),
-            KeyRange::prefix(&row_key(tags::RELATION, &[rel.id])),
-        ];
+        let ranges: Vec<KeyRange> = [
+            Some(rel.full_range()),
+            rel.overflow_range(),
+            Some(KeyRange::prefix(&rel.pk_index_prefix())),
+            Some(KeyRange::prefix(&rel.tuple_index_prefix())),
+            Some(KeyRange::prefix(&row_key(tags::RELATION, &[rel.id]))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let name = name_key(&rel.schema, Some(&rel.name));
         let inside = |k: &Bytes| k[..] == name[..] || ranges.iter().any(|r| r.contains(k));
         self.writes.retain(|k, _| !inside(k));
@@ -283,7 +287,41 @@ impl Txn {
                 }
             }
         }
+        out.extend(self.overflow_rows(rel, ranges).await?);
         Ok(out)
+    }
+
+    /// The overflow rows of `rel` (see [`RelDef::overflow_range`]) whose storage key, were it
+    /// free, would lie in one of `ranges`, own writes applied; each carries its tuple number.
+    pub(crate) async fn overflow_rows(
+        &self,
+        rel: &RelDef,
+        ranges: &[KeyRange],
+    ) -> Result<Vec<StoredRow>> {
+        let Some(range) = rel.overflow_range() else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        self.visit(&range, &mut |k, v| {
+            if let Some((cells, tuple)) = rel.decode(k, v)? {
+                let home = rel.home_key(&cells);
+                if home.is_some_and(|h| ranges.iter().any(|r| r.contains(&h))) {
+                    out.push(StoredRow {
+                        key: Bytes::copy_from_slice(k),
+                        cells,
+                        tuple,
+                    });
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Whether `rel` has an overflow row in `ranges` (see [`Txn::overflow_rows`]).
+    pub(crate) async fn has_overflow(&self, rel: &RelDef, ranges: &[KeyRange]) -> Result<bool> {
+        Ok(!self.overflow_rows(rel, ranges).await?.is_empty())
     }
 
     /// Fill in the tuple numbers `tuples` lacks (`u64::MAX`) from the tuple index, for the
@@ -508,11 +546,17 @@ impl Txn {
         }
         let fresh = self.fresh_id(rel, None).await?;
         let tuple = self.db.next_tuple(rel).await?;
-        let (key, value) = rel.encode(&cells, None, &mut || fresh_or(fresh), tuple)?;
-        let key = Bytes::from(key);
+        let (mut key, mut value) = rel.encode(&cells, None, &mut || fresh_or(fresh), tuple)?;
         if self.get(&key).await?.is_some() {
-            return Err(storage_key_taken(rel, &key));
+            // Another row holds the key: this one joins the table's overflow, as PostgreSQL's
+            // heap keeps two rows a table without a unique constraint allows.
+            if rel.overflow_range().is_none() {
+                return Err(storage_key_taken(rel, &key));
+            }
+            let rid = self.db.issue_row_id().await?;
+            (key, value) = rel.encode_overflow(&cells, rid, tuple);
         }
+        let key = Bytes::from(key);
         self.touch(&key).await?;
         self.writes.insert(key.clone(), Some(Bytes::from(value)));
         self.put_tuple(rel, &key, tuple).await?;
@@ -547,11 +591,12 @@ impl Txn {
     pub async fn update(&mut self, rel: &RelDef, old: &StoredRow, cells: Vec<Value>) -> Result<()> {
         self.guard(rel, Mode::Write).await?;
         rel.check_not_null(&cells)?;
-        let fresh = self.fresh_id(rel, Some(&old.key)).await?;
+        // An overflow row's key says nothing of its key fields (an issued one is drawn again).
+        let old_key = (!rel.is_overflow(&old.key)).then_some(&old.key[..]);
+        let fresh = self.fresh_id(rel, old_key).await?;
         // An UPDATE writes a new row version: a new tuple number, as PostgreSQL's heap does.
         let tuple = self.db.next_tuple(rel).await?;
-        let (key, value) = rel.encode(&cells, Some(&old.key), &mut || fresh_or(fresh), tuple)?;
-        let key = Bytes::from(key);
+        let (mut key, mut value) = rel.encode(&cells, old_key, &mut || fresh_or(fresh), tuple)?;
         let old_pk = rel.pk_index_key(&old.cells)?;
         let new_pk = rel.pk_index_key(&cells)?;
         if new_pk != old_pk {
@@ -559,10 +604,17 @@ impl Txn {
                 self.check_pk_free(rel, pk, &cells).await?;
             }
         }
+        if key[..] != old.key[..] && self.get(&key).await?.is_some() {
+            // Another row holds the new key: the row stays in (or joins) the overflow.
+            let rid = match rel.overflow_id(&old.key) {
+                Some(rid) => rid,
+                None if rel.overflow_range().is_some() => self.db.issue_row_id().await?,
+                None => return Err(storage_key_taken(rel, &key)),
+            };
+            (key, value) = rel.encode_overflow(&cells, rid, tuple);
+        }
+        let key = Bytes::from(key);
         if key != old.key {
-            if self.get(&key).await?.is_some() {
-                return Err(storage_key_taken(rel, &key));
-            }
             self.touch(&old.key).await?;
             self.writes.insert(old.key.clone(), None);
             self.delete_tuple(rel, &old.key).await?;
@@ -607,11 +659,13 @@ impl Txn {
         self.guard(rel, Mode::Exclusive).await?;
         let live = self.db.keyspace().backend().view().await?;
         let mut n = 0;
-        for range in [
-            rel.full_range(),
-            KeyRange::prefix(&rel.pk_index_prefix()),
-            KeyRange::prefix(&rel.tuple_index_prefix()),
-        ] {
+        let ranges = [
+            Some(rel.full_range()),
+            rel.overflow_range(),
+            Some(KeyRange::prefix(&rel.pk_index_prefix())),
+            Some(KeyRange::prefix(&rel.tuple_index_prefix())),
+        ];
+        for range in ranges.into_iter().flatten() {
             for (k, v) in self.scan_in(live.as_ref(), &range).await? {
                 // Another schema version of an inlined table shares the range: keep its rows.
                 if range.start == rel.full_range().start && rel.decode(&k, &v)?.is_none() {

@@ -1191,3 +1191,158 @@ async fn whole_table_scans_read_rows_in_heap_order_and_hand_unusual_ones_to_the_
         db.close().await.unwrap();
     }
 }
+
+/// DuckLake writes rows that share a storage key (its `ducklake_add_data_files` gives every
+/// partition value of a file the same `partition_key_index`), and PostgreSQL keeps each of them.
+/// So does RockLake: the second and later rows go to the table's overflow, and every read,
+/// write and drop of the table sees them as PostgreSQL's heap would (answers as PostgreSQL 15
+/// gave them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_sharing_a_storage_key_are_all_kept_as_postgresql_keeps_them() {
+    use rocklake_core::backend::{KeyRange, Order};
+    for store in stores() {
+        let name = store.name;
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        q(&mut s, "CREATE TABLE ducklake_file_partition_value(data_file_id BIGINT, table_id BIGINT, partition_key_index BIGINT, partition_value VARCHAR)").await;
+        q(&mut s, "CREATE TABLE ducklake_inlined_data_6_1(row_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, v VARCHAR)").await;
+        q(
+            &mut s,
+            "INSERT INTO ducklake_file_partition_value VALUES (12, 6, 0, '2024'), (12, 6, 1, '1')",
+        )
+        .await;
+        assert_eq!(
+            q(&mut s, "INSERT INTO ducklake_file_partition_value VALUES (16, 6, 2, '2024'), (16, 6, 2, '2'), (16, 6, 2, '10')").await,
+            ["INSERT 0 3"],
+            "{name}"
+        );
+        let all = "SELECT ctid, data_file_id, table_id, partition_key_index, partition_value FROM ducklake_file_partition_value";
+        assert_eq!(
+            q(&mut s, all).await,
+            [
+                "(0,1)|12|6|0|2024",
+                "(0,2)|12|6|1|1",
+                "(0,3)|16|6|2|2024",
+                "(0,4)|16|6|2|2",
+                "(0,5)|16|6|2|10"
+            ],
+            "{name}"
+        );
+        let overflow = |db: std::sync::Arc<rocklake_sql::Database>| async move {
+            db.keyspace()
+                .backend()
+                .view()
+                .await
+                .unwrap()
+                .scan(&KeyRange::prefix(&[0x83]), Order::Ascending, 100)
+                .await
+                .unwrap()
+                .len()
+        };
+        assert_eq!(overflow(db.clone()).await, 2, "{name}: two rows overflow");
+        // A key range reads the overflow rows whose key falls in it, and only those.
+        let key = "SELECT partition_value FROM ducklake_file_partition_value WHERE data_file_id = 16 AND partition_key_index = 2";
+        assert_eq!(q(&mut s, key).await, ["2024", "2", "10"], "{name}");
+        let before = s.rows_read();
+        assert_eq!(
+            q(
+                &mut s,
+                "SELECT partition_value FROM ducklake_file_partition_value WHERE data_file_id = 12"
+            )
+            .await,
+            ["2024", "1"],
+            "{name}"
+        );
+        assert_eq!(s.rows_read() - before, 2, "{name}: rows read for file 12");
+        // DataFusion's plans read them too.
+        let grouped = "SELECT data_file_id, count(*) FROM ducklake_file_partition_value GROUP BY data_file_id ORDER BY 1";
+        assert_eq!(q(&mut s, grouped).await, ["12|2", "16|3"], "{name}");
+        // An overflow row updated in place, then the row holding the key moved off it.
+        assert_eq!(
+            q(&mut s, "UPDATE ducklake_file_partition_value SET partition_value = 'y' WHERE partition_value = '2'").await,
+            ["UPDATE 1"],
+            "{name}"
+        );
+        assert_eq!(
+            q(&mut s, "UPDATE ducklake_file_partition_value SET partition_key_index = 3 WHERE data_file_id = 16 AND partition_value = '2024'").await,
+            ["UPDATE 1"],
+            "{name}"
+        );
+        let after = [
+            "(0,1)|12|6|0|2024",
+            "(0,2)|12|6|1|1",
+            "(0,5)|16|6|2|10",
+            "(0,6)|16|6|2|y",
+            "(0,7)|16|6|3|2024",
+        ];
+        assert_eq!(q(&mut s, all).await, after, "{name}");
+        assert_eq!(
+            q(&mut s, "SELECT count(*) FROM ducklake_file_partition_value WHERE data_file_id = 16 AND partition_key_index = 2").await,
+            ["2"],
+            "{name}"
+        );
+        assert_eq!(
+            q(&mut s, "DELETE FROM ducklake_file_partition_value WHERE data_file_id = 16 AND partition_value = '10'").await,
+            ["DELETE 1"],
+            "{name}"
+        );
+        // An inlined table's rows of one row id and snapshot (its key) are kept too.
+        q(
+            &mut s,
+            "INSERT INTO ducklake_inlined_data_6_1 VALUES (0, 1, NULL, 'a'), (0, 1, NULL, 'b')",
+        )
+        .await;
+        assert_eq!(
+            q(
+                &mut s,
+                "SELECT ctid, v FROM ducklake_inlined_data_6_1 WHERE row_id = 0"
+            )
+            .await,
+            ["(0,1)|a", "(0,2)|b"],
+            "{name}"
+        );
+        let kept = [
+            "(0,1)|12|6|0|2024",
+            "(0,2)|12|6|1|1",
+            "(0,6)|16|6|2|y",
+            "(0,7)|16|6|3|2024",
+        ];
+        assert_eq!(q(&mut s, all).await, kept, "{name}");
+        let db = if name == "model" {
+            db
+        } else {
+            // After a reopen the rows are there, and new ones take new tuple numbers.
+            db.close().await.unwrap();
+            let db = open(&store).await;
+            let mut s = Session::new(db.clone());
+            assert_eq!(q(&mut s, all).await, kept, "{name}: after a reopen");
+            q(
+                &mut s,
+                "INSERT INTO ducklake_file_partition_value VALUES (16, 6, 2, 'z')",
+            )
+            .await;
+            q(
+                &mut s,
+                "INSERT INTO ducklake_inlined_data_6_1 VALUES (0, 1, NULL, 'c')",
+            )
+            .await;
+            assert_eq!(
+                q(&mut s, "SELECT ctid, partition_value FROM ducklake_file_partition_value WHERE data_file_id = 16").await,
+                ["(0,6)|y", "(0,7)|2024", "(0,8)|z"],
+                "{name}: after a reopen"
+            );
+            assert_eq!(
+                q(&mut s, "SELECT ctid, v FROM ducklake_inlined_data_6_1").await,
+                ["(0,1)|a", "(0,2)|b", "(0,3)|c"],
+                "{name}: after a reopen"
+            );
+            db
+        };
+        // DROP TABLE takes the overflow rows with the table.
+        let mut s = Session::new(db.clone());
+        q(&mut s, "DROP TABLE ducklake_file_partition_value").await;
+        q(&mut s, "DROP TABLE ducklake_inlined_data_6_1").await;
+        assert_eq!(overflow(db.clone()).await, 0, "{name}: dropped");
+        db.close().await.unwrap();
+    }
+}
