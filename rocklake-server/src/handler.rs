@@ -45,7 +45,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use crate::wire::{
     binary_value, decode_copy_binary, decode_copy_csv, decode_copy_text, text_field, text_value,
-    COPY_SIGNATURE,
+    BinaryColumn, COPY_SIGNATURE,
 };
 
 /// A `COPY ... FROM STDIN` in progress.
@@ -257,11 +257,25 @@ impl CopyOut {
     fn rows(&mut self, b: &RecordBatch, chunks: &mut Vec<Bytes>) -> Result<(), SqlError> {
         let format = &self.format;
         let buf = &mut self.buf;
+        // Each column's writer is chosen once for the batch, not per value.
+        let columns: Vec<BinaryColumn<'_>> = if format.binary {
+            b.columns()
+                .iter()
+                .zip(&self.types)
+                .map(|(col, ty)| BinaryColumn::new(col.as_ref(), *ty))
+                .collect()
+        } else {
+            Vec::new()
+        };
         for row in 0..b.num_rows() {
+            // Rows share one allocation (each chunk a slice of it), not one each.
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(64 * 1024);
+            }
             if format.binary {
                 buf.put_i16(b.num_columns() as i16);
-                for (col, ty) in b.columns().iter().zip(&self.types) {
-                    binary_value(buf, col.as_ref(), row, *ty)?;
+                for column in &columns {
+                    column.write(buf, row)?;
                 }
             } else {
                 let fields: Vec<String> = b

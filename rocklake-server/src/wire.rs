@@ -13,7 +13,8 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 use rocklake_core::values::Value;
 use rocklake_sql::datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Decimal128Array, Float32Array, Float64Array, StringArray,
+    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float32Array, Float64Array,
+    PrimitiveArray, StringArray,
 };
 use rocklake_sql::datafusion::arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
@@ -90,6 +91,103 @@ pub fn binary_value(
     let len = (out.len() - at - 4) as i32;
     out[at..at + 4].copy_from_slice(&len.to_be_bytes());
     Ok(())
+}
+
+/// One column of a batch, ready to write its values in PostgreSQL's binary form. The common
+/// pairs of Arrow and PostgreSQL types are told apart once per batch rather than once per value
+/// (a whole-table COPY writes hundreds of thousands of values); every other pair goes through
+/// [`binary_value`], which gives the same bytes.
+pub enum BinaryColumn<'a> {
+    /// `int8` from Int64.
+    Int8(&'a PrimitiveArray<Int64Type>),
+    /// `int4` from Int32.
+    Int4(&'a PrimitiveArray<Int32Type>),
+    /// `bool` from Boolean.
+    Bool(&'a BooleanArray),
+    /// `float8` from Float64.
+    Float8(&'a Float64Array),
+    /// A text type from Utf8.
+    Text(&'a StringArray),
+    /// `timestamp`/`timestamptz` from microsecond timestamps.
+    Timestamp(&'a PrimitiveArray<TimestampMicrosecondType>),
+    /// Anything else, value by value.
+    Other(&'a dyn Array, PgType),
+}
+
+impl<'a> BinaryColumn<'a> {
+    /// The writer of `array`'s values as `ty`.
+    pub fn new(array: &'a dyn Array, ty: PgType) -> BinaryColumn<'a> {
+        match (ty.name, array.data_type()) {
+            ("int8", DataType::Int64) => BinaryColumn::Int8(array.as_primitive()),
+            ("int4", DataType::Int32) => BinaryColumn::Int4(array.as_primitive()),
+            ("bool", DataType::Boolean) => BinaryColumn::Bool(array.as_boolean()),
+            ("float8", DataType::Float64) => BinaryColumn::Float8(array.as_primitive()),
+            ("text" | "varchar" | "name" | "bpchar" | "char" | "json", DataType::Utf8) => {
+                BinaryColumn::Text(array.as_string())
+            }
+            ("timestamp" | "timestamptz", DataType::Timestamp(TimeUnit::Microsecond, _)) => {
+                BinaryColumn::Timestamp(array.as_primitive())
+            }
+            _ => BinaryColumn::Other(array, ty),
+        }
+    }
+
+    /// Append row `row`'s value (length word, then bytes; -1 for NULL), as [`binary_value`].
+    #[inline]
+    pub fn write(&self, out: &mut BytesMut, row: usize) -> Result<(), SqlError> {
+        let null = match self {
+            BinaryColumn::Int8(a) => a.is_null(row),
+            BinaryColumn::Int4(a) => a.is_null(row),
+            BinaryColumn::Bool(a) => a.is_null(row),
+            BinaryColumn::Float8(a) => a.is_null(row),
+            BinaryColumn::Text(a) => a.is_null(row),
+            BinaryColumn::Timestamp(a) => a.is_null(row),
+            BinaryColumn::Other(a, ty) => return binary_value(out, *a, row, *ty),
+        };
+        if null {
+            out.put_i32(-1);
+            return Ok(());
+        }
+        match self {
+            BinaryColumn::Int8(a) => {
+                out.put_i32(8);
+                out.put_i64(a.value(row));
+            }
+            BinaryColumn::Int4(a) => {
+                out.put_i32(4);
+                out.put_i32(a.value(row));
+            }
+            BinaryColumn::Bool(a) => {
+                out.put_i32(1);
+                out.put_u8(u8::from(a.value(row)));
+            }
+            BinaryColumn::Float8(a) => {
+                out.put_i32(8);
+                out.put_f64(a.value(row));
+            }
+            BinaryColumn::Text(a) => {
+                let v = a.value(row).as_bytes();
+                out.put_i32(v.len() as i32);
+                out.extend_from_slice(v);
+            }
+            BinaryColumn::Timestamp(a) => {
+                out.put_i32(8);
+                out.put_i64(timestamp_send(a.value(row)));
+            }
+            BinaryColumn::Other(..) => {}
+        }
+        Ok(())
+    }
+}
+
+/// A microsecond timestamp as PostgreSQL sends it: from its epoch; its infinities are
+/// `i64::MAX` / `i64::MIN` on both sides of the shift (as the binary input keeps them).
+fn timestamp_send(v: i64) -> i64 {
+    if v == i64::MAX || v == i64::MIN {
+        v
+    } else {
+        v - PG_EPOCH_MICROS
+    }
 }
 
 fn int_of(array: &dyn Array, row: usize) -> Option<i64> {
@@ -195,16 +293,9 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
             _ => return Err(cannot()),
         },
         "timestamp" | "timestamptz" => match array.data_type() {
-            DataType::Timestamp(TimeUnit::Microsecond, _) => {
-                let v = array.as_primitive::<TimestampMicrosecondType>().value(row);
-                // PostgreSQL's infinities are i64::MAX / i64::MIN on both sides of the epoch
-                // shift (as the binary input keeps them).
-                buf.put_i64(if v == i64::MAX || v == i64::MIN {
-                    v
-                } else {
-                    v - PG_EPOCH_MICROS
-                })
-            }
+            DataType::Timestamp(TimeUnit::Microsecond, _) => buf.put_i64(timestamp_send(
+                array.as_primitive::<TimestampMicrosecondType>().value(row),
+            )),
             _ => return Err(cannot()),
         },
         "numeric" => match array.data_type() {
