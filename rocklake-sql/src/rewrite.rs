@@ -120,6 +120,86 @@ pub(crate) fn mentions_ctid(q: &Query) -> bool {
     .is_break()
 }
 
+/// `*` never includes `ctid` in PostgreSQL, but a table exposes `ctid` to a statement that
+/// names it, and DataFusion's `*` takes every column: so `SELECT ctid, * FROM t` would give
+/// `ctid` twice. In each SELECT of `q` (its set operations, derived tables and CTEs too) that
+/// reads one plain table, without joins, `*` and `t.*` leave `ctid` out. A SELECT over a CTE,
+/// a system catalog or a join is left as it is.
+pub(crate) fn hide_ctid_from_wildcards(q: &mut Query) {
+    let ctes: Vec<String> = q
+        .with
+        .as_ref()
+        .map(|w| {
+            w.cte_tables
+                .iter()
+                .map(|c| c.alias.name.value.to_lowercase())
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(with) = q.with.as_mut() {
+        for cte in &mut with.cte_tables {
+            hide_ctid_from_wildcards(&mut cte.query);
+        }
+    }
+    hide_in_set_expr(&mut q.body, &ctes);
+}
+
+fn hide_in_set_expr(body: &mut SetExpr, ctes: &[String]) {
+    use datafusion::sql::sqlparser::ast::{
+        ExcludeSelectItem, Ident, ObjectName, SelectItem, TableFactor,
+    };
+    match body {
+        SetExpr::Select(select) => {
+            for t in &mut select.from {
+                for f in std::iter::once(&mut t.relation)
+                    .chain(t.joins.iter_mut().map(|j| &mut j.relation))
+                {
+                    if let TableFactor::Derived { subquery, .. } = f {
+                        hide_ctid_from_wildcards(subquery);
+                    }
+                }
+            }
+            let [only] = select.from.as_slice() else {
+                return;
+            };
+            let TableFactor::Table {
+                name, args: None, ..
+            } = &only.relation
+            else {
+                return;
+            };
+            let parts: Vec<String> = name
+                .0
+                .iter()
+                .filter_map(|p| p.as_ident().map(|i| i.value.to_lowercase()))
+                .collect();
+            let system =
+                parts.len() > 1 && matches!(parts[0].as_str(), "pg_catalog" | "information_schema");
+            let cte = parts.len() == 1 && ctes.contains(&parts[0]);
+            if !only.joins.is_empty() || system || cte {
+                return;
+            }
+            for item in &mut select.projection {
+                let options = match item {
+                    SelectItem::Wildcard(o) | SelectItem::QualifiedWildcard(_, o) => o,
+                    _ => continue,
+                };
+                if options.opt_exclude.is_none() && options.opt_except.is_none() {
+                    options.opt_exclude = Some(ExcludeSelectItem::Single(ObjectName::from(vec![
+                        Ident::new("ctid"),
+                    ])));
+                }
+            }
+        }
+        SetExpr::Query(q) => hide_ctid_from_wildcards(q),
+        SetExpr::SetOperation { left, right, .. } => {
+            hide_in_set_expr(left, ctes);
+            hide_in_set_expr(right, ctes);
+        }
+        _ => {}
+    }
+}
+
 pub(crate) fn mentions_ctid_stmt(s: &Statement) -> bool {
     visit_expressions(s, |e| {
         if is_ctid(e) {

@@ -1346,3 +1346,70 @@ async fn rows_sharing_a_storage_key_are_all_kept_as_postgresql_keeps_them() {
         db.close().await.unwrap();
     }
 }
+
+/// `*` leaves `ctid` out, as in PostgreSQL, also when the statement names `ctid` (which makes
+/// every table expose it to DataFusion). Column names and rows as PostgreSQL 15 gave them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_never_includes_ctid() {
+    for store in stores() {
+        let name = store.name;
+        let db = open(&store).await;
+        let mut s = Session::new(db.clone());
+        q(&mut s, "CREATE TABLE wt(a BIGINT, b VARCHAR)").await;
+        q(&mut s, "INSERT INTO wt VALUES (1, 'x'), (2, 'y')").await;
+        let cases: [(&str, &[&str], &[&str]); 6] = [
+            (
+                "SELECT ctid, * FROM wt",
+                &["ctid", "a", "b"],
+                &["(0,1)|1|x", "(0,2)|2|y"],
+            ),
+            (
+                "SELECT *, ctid FROM wt WHERE a = 2",
+                &["a", "b", "ctid"],
+                &["2|y|(0,2)"],
+            ),
+            (
+                "SELECT wt.*, ctid FROM wt WHERE a = 1",
+                &["a", "b", "ctid"],
+                &["1|x|(0,1)"],
+            ),
+            // A derived table's or a CTE's own ctid column is a column like any other.
+            (
+                "SELECT * FROM (SELECT ctid, a FROM wt) s",
+                &["ctid", "a"],
+                &["(0,1)|1", "(0,2)|2"],
+            ),
+            (
+                "WITH x AS (SELECT ctid, a FROM wt) SELECT * FROM x",
+                &["ctid", "a"],
+                &["(0,1)|1", "(0,2)|2"],
+            ),
+            (
+                "SELECT ctid, * FROM wt UNION ALL SELECT ctid, * FROM wt WHERE a = 1",
+                &["ctid", "a", "b"],
+                &["(0,1)|1|x", "(0,1)|1|x", "(0,2)|2|y"],
+            ),
+        ];
+        for (sql, columns, rows) in cases {
+            let out = s
+                .run(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {sql}: {e}"));
+            let rocklake_sql::Output::Rows { schema, .. } = &out else {
+                panic!("{name}: {sql}: no rows");
+            };
+            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            assert_eq!(names, columns, "{name}: {sql}");
+            // (The branches of a UNION ALL come in no set order, here as in PostgreSQL.)
+            let mut got = q(&mut s, sql).await;
+            if sql.contains("UNION") {
+                got.sort();
+            }
+            assert_eq!(got, rows, "{name}: {sql}");
+        }
+        // A subquery's `*` has no ctid to give.
+        let (code, msg) = err(&mut s, "SELECT ctid FROM (SELECT * FROM wt) s").await;
+        assert_eq!(code, "42703", "{name}: {msg}");
+        db.close().await.unwrap();
+    }
+}

@@ -14,7 +14,9 @@ use super::{Session, Status};
 use crate::catalog::fold;
 use crate::colnames::{alias_repeated, pg_column_names, rename_columns};
 use crate::error::{state, Result, SqlError};
-use crate::rewrite::{max_placeholder, mentions_ctid, placeholder_number, strip_collate};
+use crate::rewrite::{
+    hide_ctid_from_wildcards, max_placeholder, mentions_ctid, placeholder_number, strip_collate,
+};
 use crate::types::SqlType;
 impl Session {
     /// What one statement would return, without running it (the wire's Describe of a
@@ -49,6 +51,9 @@ impl Session {
                 .unwrap_or_else(|e| e.into_inner()) = self.db.catalog();
         }
         let ctid = mentions_ctid(&q);
+        if ctid {
+            hide_ctid_from_wildcards(&mut q);
+        }
         strip_collate(&mut q);
         let col_names = pg_column_names(&q);
         alias_repeated(&mut q);

@@ -23,7 +23,9 @@ use crate::direct::{self, DirectMode};
 use crate::error::{Result, SqlError};
 use crate::phases::Phase;
 use crate::relation::KEY_COLUMN;
-use crate::rewrite::{mentions_ctid, reads_system_catalogs_only, strip_collate};
+use crate::rewrite::{
+    hide_ctid_from_wildcards, mentions_ctid, reads_system_catalogs_only, strip_collate,
+};
 
 /// The error of a statement whose rows had nowhere to go: the client is gone.
 fn client_gone() -> SqlError {
@@ -88,6 +90,9 @@ impl Session {
         to: Option<(&Sender<Piece>, Option<CopyFormat>)>,
     ) -> Result<Answer> {
         let ctid = mentions_ctid(&q);
+        if ctid {
+            hide_ctid_from_wildcards(&mut q);
+        }
         strip_collate(&mut q);
         let names = pg_column_names(&q);
         alias_repeated(&mut q);
