@@ -249,17 +249,7 @@ impl Txn {
         let mut out: Vec<StoredRow> = Vec::new();
         for r in ranges {
             let first = out.len();
-            self.visit(r, &mut |k, v| {
-                if let Some((cells, tuple)) = rel.decode_cells(k, v, cells)? {
-                    out.push(StoredRow {
-                        key: Bytes::copy_from_slice(k),
-                        cells,
-                        tuple,
-                    });
-                }
-                Ok(())
-            })
-            .await?;
+            self.decoded(rel, r, cells, &|_| true, &mut out).await?;
             let read = &mut out[first..];
             // Rows written since the tuple number is kept in the row need no index read.
             if tuples && rel.tuples_indexed() && read.iter().any(|r| r.tuple.is_none()) {
@@ -302,10 +292,28 @@ impl Txn {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        self.visit(&range, &mut |k, v| {
-            if let Some((cells, tuple)) = rel.decode(k, v)? {
-                let home = rel.home_key(&cells);
-                if home.is_some_and(|h| ranges.iter().any(|r| r.contains(&h))) {
+        let home_in_ranges = |cells: &[Value]| {
+            rel.home_key(cells)
+                .is_some_and(|h| ranges.iter().any(|r| r.contains(&h)))
+        };
+        self.decoded(rel, &range, None, &home_in_ranges, &mut out)
+            .await?;
+        Ok(out)
+    }
+
+    /// Append to `out` the rows of `rel` stored in `range` (own writes applied) whose cells
+    /// `keep` accepts, decoding only the stored cells `cells` marks when given.
+    async fn decoded(
+        &self,
+        rel: &RelDef,
+        range: &KeyRange,
+        cells: Option<&[bool]>,
+        keep: &(dyn Fn(&[Value]) -> bool + Sync),
+        out: &mut Vec<StoredRow>,
+    ) -> Result<()> {
+        self.visit(range, &mut |k, v| {
+            if let Some((cells, tuple)) = rel.decode_cells(k, v, cells)? {
+                if keep(&cells) {
                     out.push(StoredRow {
                         key: Bytes::copy_from_slice(k),
                         cells,
@@ -315,8 +323,7 @@ impl Txn {
             }
             Ok(())
         })
-        .await?;
-        Ok(out)
+        .await
     }
 
     /// Whether `rel` has an overflow row in `ranges` (see [`Txn::overflow_rows`]).
