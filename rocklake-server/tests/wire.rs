@@ -1889,5 +1889,28 @@ async fn infinite_dates_and_timestamps_round_trip_as_on_postgresql() {
         assert!(!a.iter().any(|m| m.kind == b'E'), "{q}: {a:?}");
         assert_eq!(comparable(&b), comparable(&a), "{q}");
     }
+    // Their text input, into columns (INSERT and UPDATE); `+infinity` is no input PostgreSQL
+    // reads.
+    for q in [
+        "CREATE TABLE inf2 (a bigint, d date, ts timestamp, tz timestamptz)",
+        "INSERT INTO inf2 VALUES (1, 'infinity', ' -Infinity ', 'INFINITY'), \
+         (2, '2026-12-05', 'infinity', '-infinity'), (3, NULL, NULL, '2026-12-05 01:02:03+00')",
+        "UPDATE inf2 SET d = '-infinity', tz = 'infinity' WHERE a = 3",
+        "SELECT * FROM inf2 ORDER BY a",
+        "COPY (SELECT * FROM inf2 ORDER BY a) TO STDOUT (FORMAT binary)",
+        "SELECT a FROM inf2 WHERE ts > '2100-01-01' ORDER BY a",
+    ] {
+        let (a, b) = (theirs.query(q).await, ours.query(q).await);
+        assert!(!a.iter().any(|m| m.kind == b'E'), "{q}: {a:?}");
+        assert_eq!(comparable(&b), comparable(&a), "{q}");
+    }
+    for q in [
+        "INSERT INTO inf2 (a, d) VALUES (4, '+infinity')",
+        "INSERT INTO inf2 (a, ts) VALUES (4, 'infinityx')",
+    ] {
+        let (a, b) = (theirs.query(q).await, ours.query(q).await);
+        assert!(a.iter().any(|m| m.kind == b'E'), "{q}: {a:?}");
+        assert_eq!(comparable(&b), comparable(&a), "{q}");
+    }
     server.stop().await;
 }

@@ -30,7 +30,10 @@ use datafusion::arrow::array::{
 use datafusion::arrow::array::{AsArray, ListArray};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, TimeUnit};
+use datafusion::arrow::datatypes::{
+    DataType, Date32Type, Field, IntervalMonthDayNano, IntervalUnit, TimeUnit,
+    TimestampMicrosecondType,
+};
 use rocklake_core::values::Value;
 
 use crate::error::{state, Result, SqlError};
@@ -444,6 +447,52 @@ impl SqlType {
                 return Ok(Arc::new(b.finish()));
             }
         }
+        // PostgreSQL's infinite dates and timestamps from their text input (`infinity`,
+        // `-infinity`, any case, spaces around), which Arrow's parser does not read: the
+        // others are cast as below, then the infinities put in (`i32::MAX`/`i64::MAX` and
+        // `MIN`, as the binary input keeps them).
+        if matches!(
+            self,
+            SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz
+        ) {
+            if let Some(text) = array.as_any().downcast_ref::<StringArray>() {
+                let signs: Vec<Option<bool>> =
+                    text.iter().map(|v| v.and_then(infinity_sign)).collect();
+                if signs.iter().any(Option::is_some) {
+                    let finite: StringArray = text
+                        .iter()
+                        .zip(&signs)
+                        .map(|(v, s)| if s.is_some() { None } else { v })
+                        .collect();
+                    let cast = self.coerce(&(Arc::new(finite) as ArrayRef), column)?;
+                    return Ok(if *self == SqlType::Date {
+                        let days: Date32Array = cast
+                            .as_primitive::<Date32Type>()
+                            .iter()
+                            .zip(&signs)
+                            .map(|(v, s)| match s {
+                                Some(true) => Some(i32::MAX),
+                                Some(false) => Some(i32::MIN),
+                                None => v,
+                            })
+                            .collect();
+                        Arc::new(days)
+                    } else {
+                        let micros: TimestampMicrosecondArray = cast
+                            .as_primitive::<TimestampMicrosecondType>()
+                            .iter()
+                            .zip(&signs)
+                            .map(|(v, s)| match s {
+                                Some(true) => Some(i64::MAX),
+                                Some(false) => Some(i64::MIN),
+                                None => v,
+                            })
+                            .collect();
+                        Arc::new(micros.with_data_type(target))
+                    });
+                }
+            }
+        }
         // Text into an array reads PostgreSQL's array input (`{1,2,NULL}`, `{"a b",c}`).
         if let SqlType::Array(e) = self {
             if let Some(text) = array.as_any().downcast_ref::<StringArray>() {
@@ -456,9 +505,21 @@ impl SqlType {
         };
         datafusion::arrow::compute::cast_with_options(array, &target, &safe).map_err(|e| {
             let m = e.to_string();
+            let text = matches!(
+                array.data_type(),
+                DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
+            );
             let code = if m.contains("overflow") || m.contains("out of range") {
                 state::OUT_OF_RANGE
-            } else if matches!(array.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) {
+            } else if text
+                && matches!(
+                    self,
+                    SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz | SqlType::Time
+                )
+            {
+                // PostgreSQL's "invalid input syntax for type date" and its kin.
+                state::INVALID_DATETIME
+            } else if text {
                 state::INVALID_TEXT
             } else {
                 state::DATATYPE_MISMATCH
@@ -800,3 +861,16 @@ pub fn canonical_uuid(s: &str) -> Result<String> {
 
 #[cfg(test)]
 mod tests;
+
+/// `Some(true)` for PostgreSQL's `infinity`, `Some(false)` for `-infinity` (any case, spaces
+/// around), as date and timestamp input reads them; `None` for any other text.
+fn infinity_sign(s: &str) -> Option<bool> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("infinity") {
+        Some(true)
+    } else if s.eq_ignore_ascii_case("-infinity") {
+        Some(false)
+    } else {
+        None
+    }
+}
