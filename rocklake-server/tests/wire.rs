@@ -1877,39 +1877,27 @@ async fn infinite_dates_and_timestamps_round_trip_as_on_postgresql() {
     let a = comparable(&theirs.copy_in(copy, &binary).await);
     let b = comparable(&ours.copy_in(copy, &binary).await);
     assert_eq!(b, a, "{copy}");
-    for q in [
-        "SELECT * FROM inf ORDER BY a",
-        "COPY (SELECT * FROM inf ORDER BY a) TO STDOUT (FORMAT binary)",
-        "COPY (SELECT * FROM inf ORDER BY a) TO STDOUT",
-        "SELECT a FROM inf ORDER BY d, a",
-        "SELECT a FROM inf ORDER BY ts DESC, a",
-        "SELECT count(*) FROM inf WHERE d > DATE '2100-01-01' OR tz < TIMESTAMPTZ '1900-01-01 00:00:00+00'",
+    // Then their text input, into columns (INSERT and UPDATE); `+infinity` is no input
+    // PostgreSQL reads. `true`: PostgreSQL refuses the statement.
+    for (q, refused) in [
+        ("SELECT * FROM inf ORDER BY a", false),
+        ("COPY (SELECT * FROM inf ORDER BY a) TO STDOUT (FORMAT binary)", false),
+        ("COPY (SELECT * FROM inf ORDER BY a) TO STDOUT", false),
+        ("SELECT a FROM inf ORDER BY d, a", false),
+        ("SELECT a FROM inf ORDER BY ts DESC, a", false),
+        ("SELECT count(*) FROM inf WHERE d > DATE '2100-01-01' OR tz < TIMESTAMPTZ '1900-01-01 00:00:00+00'", false),
+        ("CREATE TABLE inf2 (a bigint, d date, ts timestamp, tz timestamptz)", false),
+        ("INSERT INTO inf2 VALUES (1, 'infinity', ' -Infinity ', 'INFINITY'), \
+         (2, '2026-12-05', 'infinity', '-infinity'), (3, NULL, NULL, '2026-12-05 01:02:03+00')", false),
+        ("UPDATE inf2 SET d = '-infinity', tz = 'infinity' WHERE a = 3", false),
+        ("SELECT * FROM inf2 ORDER BY a", false),
+        ("COPY (SELECT * FROM inf2 ORDER BY a) TO STDOUT (FORMAT binary)", false),
+        ("SELECT a FROM inf2 WHERE ts > '2100-01-01' ORDER BY a", false),
+        ("INSERT INTO inf2 (a, d) VALUES (4, '+infinity')", true),
+        ("INSERT INTO inf2 (a, ts) VALUES (4, 'infinityx')", true),
     ] {
         let (a, b) = (theirs.query(q).await, ours.query(q).await);
-        assert!(!a.iter().any(|m| m.kind == b'E'), "{q}: {a:?}");
-        assert_eq!(comparable(&b), comparable(&a), "{q}");
-    }
-    // Their text input, into columns (INSERT and UPDATE); `+infinity` is no input PostgreSQL
-    // reads.
-    for q in [
-        "CREATE TABLE inf2 (a bigint, d date, ts timestamp, tz timestamptz)",
-        "INSERT INTO inf2 VALUES (1, 'infinity', ' -Infinity ', 'INFINITY'), \
-         (2, '2026-12-05', 'infinity', '-infinity'), (3, NULL, NULL, '2026-12-05 01:02:03+00')",
-        "UPDATE inf2 SET d = '-infinity', tz = 'infinity' WHERE a = 3",
-        "SELECT * FROM inf2 ORDER BY a",
-        "COPY (SELECT * FROM inf2 ORDER BY a) TO STDOUT (FORMAT binary)",
-        "SELECT a FROM inf2 WHERE ts > '2100-01-01' ORDER BY a",
-    ] {
-        let (a, b) = (theirs.query(q).await, ours.query(q).await);
-        assert!(!a.iter().any(|m| m.kind == b'E'), "{q}: {a:?}");
-        assert_eq!(comparable(&b), comparable(&a), "{q}");
-    }
-    for q in [
-        "INSERT INTO inf2 (a, d) VALUES (4, '+infinity')",
-        "INSERT INTO inf2 (a, ts) VALUES (4, 'infinityx')",
-    ] {
-        let (a, b) = (theirs.query(q).await, ours.query(q).await);
-        assert!(a.iter().any(|m| m.kind == b'E'), "{q}: {a:?}");
+        assert_eq!(a.iter().any(|m| m.kind == b'E'), refused, "{q}: {a:?}");
         assert_eq!(comparable(&b), comparable(&a), "{q}");
     }
     server.stop().await;
