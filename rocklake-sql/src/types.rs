@@ -27,7 +27,7 @@ use datafusion::arrow::array::{
     Float64Array, Int16Array, Int32Array, Int64Array, IntervalMonthDayNanoArray,
     IntervalMonthDayNanoBuilder, StringArray, Time64MicrosecondArray, TimestampMicrosecondArray,
 };
-use datafusion::arrow::array::{AsArray, ListArray};
+use datafusion::arrow::array::{ArrowPrimitiveType, AsArray, ListArray, PrimitiveArray};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
@@ -466,29 +466,22 @@ impl SqlType {
                         .collect();
                     let cast = self.coerce(&(Arc::new(finite) as ArrayRef), column)?;
                     return Ok(if *self == SqlType::Date {
-                        let days: Date32Array = cast
-                            .as_primitive::<Date32Type>()
-                            .iter()
-                            .zip(&signs)
-                            .map(|(v, s)| match s {
-                                Some(true) => Some(i32::MAX),
-                                Some(false) => Some(i32::MIN),
-                                None => v,
-                            })
-                            .collect();
-                        Arc::new(days)
+                        Arc::new(with_infinities::<Date32Type>(
+                            &cast,
+                            &signs,
+                            i32::MAX,
+                            i32::MIN,
+                        ))
                     } else {
-                        let micros: TimestampMicrosecondArray = cast
-                            .as_primitive::<TimestampMicrosecondType>()
-                            .iter()
-                            .zip(&signs)
-                            .map(|(v, s)| match s {
-                                Some(true) => Some(i64::MAX),
-                                Some(false) => Some(i64::MIN),
-                                None => v,
-                            })
-                            .collect();
-                        Arc::new(micros.with_data_type(target))
+                        Arc::new(
+                            with_infinities::<TimestampMicrosecondType>(
+                                &cast,
+                                &signs,
+                                i64::MAX,
+                                i64::MIN,
+                            )
+                            .with_data_type(target),
+                        )
                     });
                 }
             }
@@ -873,4 +866,24 @@ fn infinity_sign(s: &str) -> Option<bool> {
     } else {
         None
     }
+}
+
+/// `finite`'s values with `max` where `signs` says `infinity` and `min` where it says
+/// `-infinity`.
+fn with_infinities<T: ArrowPrimitiveType>(
+    finite: &ArrayRef,
+    signs: &[Option<bool>],
+    max: T::Native,
+    min: T::Native,
+) -> PrimitiveArray<T> {
+    finite
+        .as_primitive::<T>()
+        .iter()
+        .zip(signs)
+        .map(|(v, s)| match s {
+            Some(true) => Some(max),
+            Some(false) => Some(min),
+            None => v,
+        })
+        .collect()
 }
