@@ -377,6 +377,39 @@ fn a_statement_past_max_memory_fails_with_53200() {
     );
 }
 
+/// `--max-memory 16MB`: a transaction's writes wait in memory until its commit, and they
+/// count in the bound. A block of 2 MB inserts fails with 53200 at the one that passes it,
+/// the block is aborted and nothing of it lands; the same inserts, each its own transaction,
+/// all land. Before the writes were counted, the block held every row it wrote beyond any
+/// bound.
+#[test]
+fn a_transaction_writing_past_max_memory_fails_with_53200() {
+    let server = serve(1024, &["--max-memory", "16MB"]);
+    let mut s = login(server.addr).expect("a session");
+    query(&mut s, "CREATE TABLE t (s text)").expect("a table");
+    let insert = "INSERT INTO t SELECT repeat('x', 1000) FROM generate_series(1, 2000)";
+    query(&mut s, "BEGIN").expect("a block");
+    let failed = (1..=20).find_map(|i| query(&mut s, insert).err().map(|e| (i, e)));
+    let (i, (code, message)) = failed.expect("40 MB of writes in one block under a 16 MB bound");
+    eprintln!("the block failed at its insert {i} of 2 MB");
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("53200", "out of memory")
+    );
+    assert!(
+        i >= 3,
+        "the bound stopped the block after only {i} inserts of 2 MB"
+    );
+    let aborted = query(&mut s, "SELECT 1").expect_err("the block is aborted");
+    assert_eq!(aborted.0, "25P02", "{aborted:?}");
+    query(&mut s, "ROLLBACK").expect("the block ends");
+    assert_eq!(query(&mut s, "SELECT 1 FROM t"), Ok(0), "nothing landed");
+    for _ in 0..20 {
+        query(&mut s, insert).expect("2 MB in a transaction of its own");
+    }
+    assert_eq!(query(&mut s, "SELECT 1 FROM t"), Ok(40_000));
+}
+
 /// Send one frontend message.
 fn send(s: &mut TcpStream, kind: u8, body: &[u8]) {
     let mut packet = vec![kind];

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use rocklake_core::backend::{visit_all, KeyRange, Order, Pager, ReadView, WriteBatch};
 use rocklake_core::keys::row_key;
 use rocklake_core::tags;
@@ -60,6 +61,24 @@ pub struct Txn {
     held: Held,
     /// Asked while waiting for a lock: the session's cancel and `statement_timeout`.
     pub stop: Option<Arc<StopCheck>>,
+    /// Bytes the writes and preconditions hold, as [`entry_size`] counts them.
+    held_bytes: usize,
+    /// Their share of the database's memory pool, taken at the first write: a transaction
+    /// that writes more than the server's bound fails with `53200` instead of taking the
+    /// process's memory (the rows wait here until the commit).
+    memory: Option<MemoryReservation>,
+}
+
+/// What one entry of the writes or preconditions is counted for besides its key and value:
+/// the map's share of a node and the two `Bytes` handles (an estimate, on the high side).
+const ENTRY_OVERHEAD: usize = 96;
+
+/// The write set reserves memory from the pool in steps of this much, so that most writes
+/// touch only a counter.
+const RESERVE_STEP: usize = 256 << 10;
+
+fn entry_size(key: &[u8], value: Option<&Bytes>) -> usize {
+    ENTRY_OVERHEAD + key.len() + value.map_or(0, Bytes::len)
 }
 
 impl std::fmt::Debug for Txn {
@@ -90,6 +109,9 @@ impl Txn {
         let inside = |k: &Bytes| k[..] == name[..] || ranges.iter().any(|r| r.contains(k));
         self.writes.retain(|k, _| !inside(k));
         self.conds.retain(|k, _| !inside(k));
+        self.held_bytes = (self.writes.iter().chain(&self.conds))
+            .map(|(k, v)| entry_size(k, v.as_ref()))
+            .sum();
         Arc::make_mut(&mut self.catalog)
             .tables
             .remove(&(rel.schema.clone(), rel.name.clone()));
@@ -117,6 +139,8 @@ impl Txn {
             read_only: false,
             held: db.locks().owner(),
             stop: None,
+            held_bytes: 0,
+            memory: None,
             db,
         }
     }
@@ -448,7 +472,9 @@ impl Txn {
         if stored.is_none() {
             return Err(gone());
         }
-        self.conds.entry(def).or_insert(stored);
+        if !self.conds.contains_key(&def) {
+            self.expect(def, stored)?;
+        }
         Ok(())
     }
 
@@ -481,16 +507,51 @@ impl Txn {
     async fn touch(&mut self, key: &Bytes) -> Result<()> {
         if !self.writes.contains_key(key) && !self.conds.contains_key(key) {
             let seen = self.view.get(key).await?;
-            self.conds.insert(key.clone(), seen);
+            self.expect(key.clone(), seen)?;
         }
         Ok(())
+    }
+
+    /// Record a write (`None` deletes), counted against the memory bound.
+    fn write(&mut self, key: Bytes, value: Option<Bytes>) -> Result<()> {
+        let key_len = key.len();
+        let added = entry_size(&key, value.as_ref());
+        let replaced = self.writes.insert(key, value);
+        let removed = replaced.map_or(0, |old| {
+            ENTRY_OVERHEAD + key_len + old.map_or(0, |v| v.len())
+        });
+        self.count(added, removed)
+    }
+
+    /// Record the precondition that `key` still holds `seen` at the commit (the caller knows
+    /// there is none yet for it).
+    fn expect(&mut self, key: Bytes, seen: Option<Bytes>) -> Result<()> {
+        let added = entry_size(&key, seen.as_ref());
+        self.conds.insert(key, seen);
+        self.count(added, 0)
+    }
+
+    /// Count `added` more bytes and `removed` fewer as held, reserving from the pool when the
+    /// share taken so far is passed.
+    fn count(&mut self, added: usize, removed: usize) -> Result<()> {
+        self.held_bytes = (self.held_bytes + added).saturating_sub(removed);
+        let memory = self.memory.get_or_insert_with(|| {
+            MemoryConsumer::new("a transaction's writes").register(&self.db.memory_pool())
+        });
+        let Some(short) = self.held_bytes.checked_sub(memory.size()) else {
+            return Ok(());
+        };
+        if short == 0 || memory.try_grow(short.max(RESERVE_STEP)).is_ok() {
+            return Ok(());
+        }
+        memory.try_grow(short).map_err(SqlError::from)
     }
 
     /// Write a raw pair (definitions and index entries).
     pub async fn put_raw(&mut self, key: Bytes, value: Bytes) -> Result<()> {
         self.writable()?;
         self.touch(&key).await?;
-        self.writes.insert(key, Some(value));
+        self.write(key, Some(value))?;
         Ok(())
     }
 
@@ -498,7 +559,7 @@ impl Txn {
     pub async fn delete_raw(&mut self, key: Bytes) -> Result<()> {
         self.writable()?;
         self.touch(&key).await?;
-        self.writes.insert(key, None);
+        self.write(key, None)?;
         Ok(())
     }
 
@@ -565,12 +626,12 @@ impl Txn {
         }
         let key = Bytes::from(key);
         self.touch(&key).await?;
-        self.writes.insert(key.clone(), Some(Bytes::from(value)));
+        self.write(key.clone(), Some(Bytes::from(value)))?;
         self.put_tuple(rel, &key, tuple).await?;
         if let Some(pk) = pk {
             let pk = Bytes::from(pk);
             self.touch(&pk).await?;
-            self.writes.insert(pk, Some(key));
+            self.write(pk, Some(key))?;
         }
         Ok(())
     }
@@ -579,8 +640,7 @@ impl Txn {
         if rel.tuples_indexed() {
             let t = Bytes::from(rel.tuple_index_key(key));
             self.touch(&t).await?;
-            self.writes
-                .insert(t, Some(Bytes::copy_from_slice(&tuple.to_be_bytes())));
+            self.write(t, Some(Bytes::copy_from_slice(&tuple.to_be_bytes())))?;
         }
         Ok(())
     }
@@ -589,7 +649,7 @@ impl Txn {
         if rel.tuples_indexed() {
             let t = Bytes::from(rel.tuple_index_key(key));
             self.touch(&t).await?;
-            self.writes.insert(t, None);
+            self.write(t, None)?;
         }
         Ok(())
     }
@@ -623,22 +683,22 @@ impl Txn {
         let key = Bytes::from(key);
         if key != old.key {
             self.touch(&old.key).await?;
-            self.writes.insert(old.key.clone(), None);
+            self.write(old.key.clone(), None)?;
             self.delete_tuple(rel, &old.key).await?;
         }
         self.touch(&key).await?;
-        self.writes.insert(key.clone(), Some(Bytes::from(value)));
+        self.write(key.clone(), Some(Bytes::from(value)))?;
         self.put_tuple(rel, &key, tuple).await?;
         if new_pk != old_pk || key != old.key {
             if let Some(pk) = old_pk {
                 let pk = Bytes::from(pk);
                 self.touch(&pk).await?;
-                self.writes.insert(pk, None);
+                self.write(pk, None)?;
             }
             if let Some(pk) = new_pk {
                 let pk = Bytes::from(pk);
                 self.touch(&pk).await?;
-                self.writes.insert(pk, Some(key));
+                self.write(pk, Some(key))?;
             }
         }
         Ok(())
@@ -648,12 +708,12 @@ impl Txn {
     pub async fn delete(&mut self, rel: &RelDef, old: &StoredRow) -> Result<()> {
         self.guard(rel, Mode::Write).await?;
         self.touch(&old.key).await?;
-        self.writes.insert(old.key.clone(), None);
+        self.write(old.key.clone(), None)?;
         self.delete_tuple(rel, &old.key).await?;
         if let Some(pk) = rel.pk_index_key(&old.cells)? {
             let pk = Bytes::from(pk);
             self.touch(&pk).await?;
-            self.writes.insert(pk, None);
+            self.write(pk, None)?;
         }
         Ok(())
     }
@@ -680,9 +740,9 @@ impl Txn {
                 }
                 if !self.writes.contains_key(&k) && !self.conds.contains_key(&k) {
                     let stored = live.get(&k).await?;
-                    self.conds.insert(k.clone(), stored);
+                    self.expect(k.clone(), stored)?;
                 }
-                self.writes.insert(k, None);
+                self.write(k, None)?;
                 n += 1;
             }
         }
@@ -691,7 +751,7 @@ impl Txn {
         let name = Bytes::from(name_key(&rel.schema, Some(&rel.name)));
         if !self.writes.contains_key(&name) && !self.conds.contains_key(&name) {
             let stored = live.get(&name).await?;
-            self.conds.insert(name.clone(), stored);
+            self.expect(name.clone(), stored)?;
         }
         self.delete_raw(name).await?;
         Ok(n)
