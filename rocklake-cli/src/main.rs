@@ -218,6 +218,12 @@ enum Command {
         /// SQLSTATE 53200 and the others go on.
         #[arg(long, default_value = "2GB", value_parser = memory_size)]
         max_memory: usize,
+        /// Memory one statement may hold at once, of --max-memory (a quarter of it by
+        /// default); past it the statement fails with SQLSTATE 53200 while the other sessions
+        /// keep their share. Unlike PostgreSQL's work_mem, which bounds each sort or hash of a
+        /// query before it spills, this bounds the whole statement.
+        #[arg(long, value_parser = memory_size)]
+        work_mem: Option<usize>,
     },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
@@ -282,6 +288,7 @@ async fn main_job(_json: bool) -> CliResult {
         authentication_timeout: std::time::Duration::from_secs(60),
         idle: rocklake_sql::IdleLimits::default(),
         max_memory: DEFAULT_MAX_MEMORY,
+        work_mem: DEFAULT_MAX_MEMORY / 4,
     })
     .await
 }
@@ -445,6 +452,7 @@ async fn run(command: Command, json: bool) -> CliResult {
             idle_in_transaction_session_timeout,
             idle_session_timeout,
             max_memory,
+            work_mem,
         } => {
             cmd::serve::run(cmd::serve::ServeArgs {
                 url,
@@ -461,6 +469,7 @@ async fn run(command: Command, json: bool) -> CliResult {
                     session: idle_session_timeout.0,
                 },
                 max_memory,
+                work_mem: work_mem.unwrap_or(max_memory / 4),
             })
             .await
         }

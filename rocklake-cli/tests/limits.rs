@@ -410,6 +410,45 @@ fn a_transaction_writing_past_max_memory_fails_with_53200() {
     assert_eq!(query(&mut s, "SELECT 1 FROM t"), Ok(40_000));
 }
 
+/// `--work-mem 16MB` under `--max-memory 64MB`: one statement that needs 30 MB fails with
+/// 53200 although the server's bound has room for it (so it cannot starve the other
+/// sessions), one of 10 MB runs, and a `--work-mem` above `--max-memory` is refused before
+/// the store is opened.
+#[test]
+fn a_statement_past_work_mem_fails_with_53200() {
+    let server = serve(1024, &["--max-memory", "64MB", "--work-mem", "16MB"]);
+    let mut s = login(server.addr).expect("a session");
+    let aggregate = |rows: u32| {
+        format!("SELECT length(string_agg(repeat('x', 100), ',')) FROM generate_series(1, {rows})")
+    };
+    let (code, message) =
+        query(&mut s, &aggregate(300_000)).expect_err("30 MB in one statement under 16 MB");
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("53200", "out of memory")
+    );
+    let mut other = login(server.addr).expect("another session");
+    assert_eq!(query(&mut other, &aggregate(100_000)), Ok(1), "10 MB fits");
+    assert_eq!(
+        query(&mut s, &aggregate(100_000)),
+        Ok(1),
+        "the session goes on"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("c").display());
+    let (ok, _, err) = rocklake(&["serve", &url, "--max-memory", "64MB", "--work-mem", "128MB"]);
+    assert!(!ok, "served with --work-mem above --max-memory");
+    assert!(
+        err.contains("--work-mem 128MB is more than --max-memory 64MB"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("c").exists(),
+        "the store was created before the refusal"
+    );
+}
+
 /// Send one frontend message.
 fn send(s: &mut TcpStream, kind: u8, body: &[u8]) {
     let mut packet = vec![kind];

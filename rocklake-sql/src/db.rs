@@ -2,7 +2,7 @@
 //! transactions begin.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -23,6 +23,7 @@ use rocklake_core::Keyspace;
 use crate::catalog::{parse_definition, Catalog};
 use crate::error::{Result, SqlError};
 use crate::locks::Locks;
+use crate::memory::StatementPool;
 use crate::parse::ParseCache;
 use crate::relation::{name_key, RelDef};
 
@@ -59,6 +60,9 @@ pub struct Database {
     /// The memory every session's statements share: DataFusion's operators, results until
     /// they are sent and COPY FROM data reserve from it (see [`Database::limit_memory`]).
     memory: RwLock<Arc<dyn MemoryPool>>,
+    /// The most one session's statement may hold of `memory` at once (0: no bound of its
+    /// own; see [`Database::limit_statement_memory`]).
+    statement_memory: AtomicUsize,
 }
 
 impl std::fmt::Debug for Database {
@@ -85,6 +89,7 @@ impl Database {
             locks: Arc::default(),
             parses: ParseCache::default(),
             memory: RwLock::new(Arc::new(UnboundedMemoryPool::default())),
+            statement_memory: AtomicUsize::new(0),
         });
         if fresh && db.keyspace.epoch().is_some() {
             // One batch under a freshly issued relation id, with the "still absent" condition
@@ -119,12 +124,29 @@ impl Database {
             ));
     }
 
+    /// Bound what one statement of a session created from now on may hold of the memory
+    /// pool at once to `bytes` (see [`crate::memory`]): past it the statement fails with
+    /// `53200`, while the other sessions keep their share of [`Database::limit_memory`]'s
+    /// bound. Without a call a statement may take the whole pool.
+    pub fn limit_statement_memory(&self, bytes: usize) {
+        self.statement_memory.store(bytes, Ordering::Relaxed);
+    }
+
     /// The memory pool sessions reserve from (see [`Database::limit_memory`]).
     pub fn memory_pool(&self) -> Arc<dyn MemoryPool> {
         self.memory
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The pool a new session's statements reserve from: [`Database::memory_pool`] under the
+    /// bound of [`Database::limit_statement_memory`].
+    pub fn session_memory_pool(&self) -> Arc<dyn MemoryPool> {
+        match self.statement_memory.load(Ordering::Relaxed) {
+            0 => self.memory_pool(),
+            bytes => Arc::new(StatementPool::new(self.memory_pool(), bytes)),
+        }
     }
 
     /// The table locks of this process's transactions.

@@ -163,8 +163,8 @@ impl From<datafusion::error::DataFusionError> for SqlError {
             D::NotImplemented(m) => SqlError::unsupported(m),
             D::ResourcesExhausted(m) => SqlError::new(state::OUT_OF_MEMORY, "out of memory")
                 .with_detail(format!(
-                    "This statement needed more of the server's memory for statements \
-                     (rocklake serve --max-memory) than is free now: {m}"
+                    "This statement needed more memory than it may hold (rocklake serve \
+                     --work-mem bounds one statement, --max-memory all of them): {m}"
                 )),
             D::SchemaError(s, _) => {
                 let m = s.to_string();

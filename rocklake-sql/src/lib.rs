@@ -27,8 +27,10 @@
 // listed before it, never after, and no two modules use each other (`tests/layers.rs` holds
 // to both).
 
-// Values: errors, timing, column types and PostgreSQL's names for them; parsing SQL texts.
+// Values: errors, timing, memory bounds, column types and PostgreSQL's names for them;
+// parsing SQL texts.
 pub mod error;
+pub mod memory;
 pub mod parse;
 pub mod pg_types;
 pub mod phases;

@@ -26,10 +26,20 @@ pub(crate) struct ServeArgs {
     pub(crate) idle: rocklake_sql::IdleLimits,
     /// Bytes all sessions' statements may hold at once.
     pub(crate) max_memory: usize,
+    /// Bytes one statement may hold at once.
+    pub(crate) work_mem: usize,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> CliResult {
     init_logging();
+    if args.work_mem > args.max_memory {
+        return Err(Error::InvalidArgument(format!(
+            "--work-mem {} is more than --max-memory {}: one statement cannot hold more than \
+             all of them together",
+            show_size(args.work_mem),
+            show_size(args.max_memory)
+        )));
+    }
     let password = match (&args.password_file, std::env::var("ROCKLAKE_PASSWORD")) {
         (Some(f), _) => {
             let p = std::fs::read_to_string(f).map_err(|e| {
@@ -58,6 +68,7 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         .await
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
     db.limit_memory(args.max_memory);
+    db.limit_statement_memory(args.work_mem);
     let tls = match &args.tls {
         Some((cert, key)) => Some(
             rocklake_server::tls_config(cert, key)
@@ -153,4 +164,13 @@ fn init_logging() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
+}
+
+/// `bytes` in the largest of PostgreSQL's memory units that shows it whole (`2GB`, `1536MB`).
+fn show_size(bytes: usize) -> String {
+    let (shift, unit) = [(40, "TB"), (30, "GB"), (20, "MB"), (10, "kB"), (0, "B")]
+        .into_iter()
+        .find(|(shift, _)| bytes.is_multiple_of(1usize << shift))
+        .unwrap_or((0, "B"));
+    format!("{}{unit}", bytes >> shift)
 }

@@ -246,9 +246,10 @@ impl Session {
         // integer past i64, stays every digit instead of becoming a double).
         opts.sql_parser.parse_float_as_decimal = true;
         opts.sql_parser.dialect = "PostgreSQL".parse().unwrap_or_default();
-        // Every session's statements reserve from the database's one memory pool.
+        // Every session's statements reserve from the database's one memory pool, under the
+        // bound of one statement.
         let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-            .with_memory_pool(db.memory_pool())
+            .with_memory_pool(db.session_memory_pool())
             .build_arc()
             .expect("a runtime with a memory pool and default disk and cache settings");
         let ctx = SessionContext::new_with_config_rt(config, runtime);
