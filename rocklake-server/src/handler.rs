@@ -48,6 +48,8 @@ use crate::wire::{
     BinaryColumn, COPY_SIGNATURE,
 };
 
+mod execute;
+
 /// A `COPY ... FROM STDIN` in progress.
 struct CopyIn {
     columns: Vec<(String, SqlType)>,
@@ -856,7 +858,7 @@ impl ExtendedQueryHandler for Conn {
             extensions.insert::<Arc<ConnectionHandle>>(Arc::new(ConnectionHandle::default()));
             *self.cancel.lock().unwrap_or_else(|e| e.into_inner()) = Some(real.clone());
         }
-        let r = self._on_execute(client, message).await;
+        let r = self.execute_portal(client, message).await;
         self.cancel.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(real) = real {
             client

@@ -1495,6 +1495,35 @@ async fn a_driver_binds_typed_parameters() {
             .unwrap()
             .get(0);
         assert_eq!(name, "n1");
+        // Two statements in one prepared text are refused before either runs, as PostgreSQL
+        // refuses them at Parse.
+        let e = client
+            .execute("DELETE FROM p; SELECT 1", &[])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(&SqlState::SYNTAX_ERROR), "{engine}: {e}");
+        let left: i64 = client
+            .query_one("SELECT count(*) FROM p", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 5, "{engine}: a statement of the refused text ran");
+        // The same text bound and executed with no Describe between (tokio-postgres
+        // describes first, which refused it above): its Execute refuses it.
+        let (mut raw, _) = Raw::connect(server.addr, "duck", "lake").await;
+        raw.send(b'P', b"\0DELETE FROM p; SELECT 1\0\0\0").await;
+        raw.send(b'B', b"\0\0\0\0\0\0\0\0").await;
+        raw.send(b'E', b"\0\0\0\0\0").await;
+        raw.send(b'S', b"").await;
+        let answer = raw.until_ready().await;
+        let codes: Vec<String> = answer.iter().filter_map(|m| m.field(b'C')).collect();
+        assert_eq!(codes, ["42601"], "{engine}: {answer:?}");
+        let left: i64 = client
+            .query_one("SELECT count(*) FROM p", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 5, "{engine}: a statement of the refused text ran");
         server.stop().await;
     }
 }

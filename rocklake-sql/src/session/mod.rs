@@ -353,8 +353,19 @@ impl Session {
     /// receiver is full, and a cancel or `statement_timeout` still stops the statement then.
     /// A receiver that is gone fails the statement (`08006`), and nothing of it lands.
     pub async fn execute_streaming(&mut self, sql: &str, to: tokio::sync::mpsc::Sender<Piece>) {
+        self.execute_streaming_with_params(sql, &[], to).await
+    }
+
+    /// [`Session::execute_streaming`] with `$n` parameters, as
+    /// [`Session::execute_with_params`] binds them (the wire's Execute of a bound portal).
+    pub async fn execute_streaming_with_params(
+        &mut self,
+        sql: &str,
+        params: &[Expr],
+        to: tokio::sync::mpsc::Sender<Piece>,
+    ) {
         self.stream = Some(to);
-        let rest = self.run_statements(sql, &[]).await;
+        let rest = self.run_statements(sql, params).await;
         if let Some(to) = self.stream.take() {
             for r in rest {
                 if to.send(Piece::Done(r)).await.is_err() {
