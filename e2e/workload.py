@@ -7,8 +7,10 @@ The catalog is DuckLake's metadata database reached through DuckDB's postgres ex
 (`ducklake:postgres:<libpq string>`): PostgreSQL itself, or `rocklake serve`. Each step is a named
 query; its result rows are normalised so that two runs against two different catalogs can be
 compared with `==`:
-  * values that legitimately differ between runs are masked: snapshot times (NOW() on the
-    catalog), UUIDs (table uuids, data file names) and the run's own DATA_PATH;
+  * values that legitimately differ between runs are masked, and only those: snapshot times
+    (NOW() on the catalog), the uuids DuckLake draws (columns named `*uuid`, and the uuid in
+    the names of the files it writes, `ducklake-<uuid>...`) and the run's own DATA_PATH. A
+    uuid anywhere else (a UUID column or array of the user's tables) is compared as it is;
   * rows are sorted unless the query has its own ORDER BY.
 A step that raises records the error instead of rows; steps marked `error=True` must raise.
 The workload goes on after an unexpected error so one run reports every failing step.
@@ -29,7 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 VERBOSE = bool(os.environ.get("E2E_VERBOSE"))  # print each step as it starts (to find a crash)
-UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+# The uuid DuckLake puts in the name of each file it writes (a data or delete file).
+FILE_UUID_RE = re.compile(
+    r"ducklake-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 
 
 def connect(ext_dir):
@@ -61,7 +65,7 @@ def norm(v):
     if isinstance(v, decimal.Decimal):
         return str(v)
     if isinstance(v, uuid.UUID):
-        return "<uuid>"
+        return str(v)
     if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
         return v.isoformat()
     if isinstance(v, datetime.timedelta):
@@ -85,7 +89,7 @@ class Recorder:
 
     def mask_str(self, s):
         s = s.replace(self.data_path, "<data>")
-        return UUID_RE.sub("<uuid>", s)
+        return FILE_UUID_RE.sub("ducklake-<uuid>", s)
 
     def mask(self, v):
         if isinstance(v, str):
@@ -129,6 +133,9 @@ class Recorder:
             for c, v in zip(cols, r):
                 if c in mask_cols:
                     row.append(None if v is None else "<masked>")
+                elif c.lower().endswith("uuid"):
+                    # A uuid DuckLake drew (a table's, a schema's, a view's).
+                    row.append(None if v is None else "<uuid>")
                 else:
                     row.append(self.mask(norm(v)))
             rows.append(row)
