@@ -444,16 +444,28 @@ pub async fn read_views(t: &Target) -> CheckResult {
 /// Seeded sequences of operations applied to the engine and to a model, compared at each step.
 pub async fn model_based(t: &Target) -> CheckResult {
     let persistent = !t.ephemeral && capabilities(t).await.map_err(ctx("probe"))?.persistent;
-    let seeds: Vec<u64> = REGRESSION_SEEDS.iter().copied().chain(0..12).collect();
+    let (base, count) = model_seeds_from_env();
+    let seeds: Vec<u64> = REGRESSION_SEEDS
+        .iter()
+        .copied()
+        .chain((0..count).map(|i| base.wrapping_add(i)))
+        .collect();
     let (mut steps, mut bulk_bytes) = (0, 0);
     for seed in &seeds {
         steps += model_run(t, *seed, persistent, &mut bulk_bytes)
             .await
-            .map_err(|e| format!("seed {seed}: {e} (add it to REGRESSION_SEEDS)"))?;
+            .map_err(|e| {
+                format!(
+                    "seed {seed}: {e} (ROCKLAKE_MODEL_SEED={seed} ROCKLAKE_MODEL_SEEDS=1 runs \
+                     it alone; add it to REGRESSION_SEEDS)"
+                )
+            })?;
     }
     Ok(Outcome::Pass(format!(
-        "{} seeds, {steps} steps, {} KiB in bulk batches, reopens {}",
+        "{} seeds (ROCKLAKE_MODEL_SEED={base}, {count} from it, {} regression seeds), {steps} \
+         steps, {} KiB in bulk batches, reopens {}",
         seeds.len(),
+        REGRESSION_SEEDS.len(),
         bulk_bytes / 1024,
         if persistent {
             "included"
@@ -465,6 +477,24 @@ pub async fn model_based(t: &Target) -> CheckResult {
 
 /// Seeds that once failed; they run first, every time.
 pub const REGRESSION_SEEDS: &[u64] = &[];
+
+/// The first seed and the number of seeds of [`model_based`]: `ROCKLAKE_MODEL_SEED` (else a
+/// new random one each run, printed in the check's report, so that runs keep finding new
+/// sequences and any one can be replayed) and `ROCKLAKE_MODEL_SEEDS` (else 12; CI asks more).
+///
+/// # Panics
+/// When a variable is set but not a whole number: a typo must not quietly run the default.
+pub fn model_seeds_from_env() -> (u64, u64) {
+    let number = |name: &str| {
+        std::env::var(name).ok().map(|v| {
+            v.trim()
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number"))
+        })
+    };
+    let base = number("ROCKLAKE_MODEL_SEED").unwrap_or_else(rand::random);
+    (base, number("ROCKLAKE_MODEL_SEEDS").unwrap_or(12))
+}
 
 async fn model_run(
     t: &Target,
