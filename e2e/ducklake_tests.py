@@ -82,6 +82,10 @@ def main():
                     help="RockLake servers (and runners) side by side, a share of the files each")
     ap.add_argument("--rotate", type=int, default=0,
                     help="shift the assignment of files to servers by this many places")
+    ap.add_argument("--pg-baseline", type=int, default=None,
+                    help="files known to pass on PostgreSQL: fewer passing there fails the run "
+                         "(a suite or environment that skips or fails everything on both sides "
+                         "must not pass)")
     ap.add_argument("paths", nargs="*")
     a = ap.parse_args()
     a.engine = a.engine or ["sled"]
@@ -102,6 +106,14 @@ def main():
         common.drop_pg_database(a.pg_dsn, "ducklakedb")
     print(f"PostgreSQL 15: {pg_counts['pass']} pass, {pg_counts['fail']} fail, "
           f"{pg_counts['skip']} skip ({pg_secs:.0f} s)")
+    if a.pg_baseline is not None and pg_counts["pass"] < a.pg_baseline:
+        for f, x in sorted(pg.items()):
+            if x["status"] != "pass":
+                print(f"  not passing on PostgreSQL: {f}: {x['status']} L{x.get('line')} "
+                      f"{str(x.get('reason', ''))[:200]}")
+        print(f"ducklake tests: only {pg_counts['pass']} files pass on PostgreSQL, where "
+              f"{a.pg_baseline} are known to: the suite or its environment is broken")
+        sys.exit(1)
 
     # RockLake: the files split over --shards servers, each on a store of its own, run side
     # by side (each file runs alone against its server, as on PostgreSQL).
