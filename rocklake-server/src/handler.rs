@@ -437,6 +437,33 @@ impl Conn {
         Ok(false)
     }
 
+    /// What running `portal` needs: its parameter values (converted at Bind, else now) and
+    /// the watch that lets a cancel request stop it.
+    async fn start_portal(
+        &self,
+        session: &mut Session,
+        portal: &Portal<String>,
+    ) -> PgWireResult<(
+        Vec<rocklake_sql::datafusion::sql::sqlparser::ast::Expr>,
+        CancelWatch,
+    )> {
+        let cached = self
+            .bound
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&portal.name);
+        let params = match cached {
+            Some(p) => p,
+            None => bind_parameters(session, portal).await?,
+        };
+        let handle = self
+            .cancel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        Ok((params, watch_cancel(handle, session).await))
+    }
+
     /// Send what a simple Query's statements produce as it comes ([`Session::execute_streaming`]
     /// hands it over): a streamed result's rows while the statement still runs, every
     /// outcome in order. `true` when a `COPY ... FROM STDIN` now waits for the client's rows
@@ -1062,21 +1089,7 @@ impl ExtendedQueryHandler for Conn {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let mut session = self.session().await;
-        let cached = self
-            .bound
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&portal.name);
-        let params = match cached {
-            Some(p) => p,
-            None => bind_parameters(&mut session, portal).await?,
-        };
-        let handle = self
-            .cancel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let cancel = watch_cancel(handle, &session).await;
+        let (params, cancel) = self.start_portal(&mut session, portal).await?;
         let mut results = session
             .execute_with_params(&portal.statement.statement, &params)
             .await;

@@ -27,7 +27,7 @@ use rocklake_sql::datafusion::arrow::datatypes::SchemaRef;
 use rocklake_sql::pg_types::PgType;
 use rocklake_sql::{Output, Piece, SqlError};
 
-use super::{bind_parameters, column_type, is_binary, status_of, user_error, watch_cancel, Conn};
+use super::{column_type, is_binary, status_of, user_error, Conn};
 use crate::wire::{binary_value, text_field};
 
 /// What an Execute's statement came to, once its pieces are all handled.
@@ -229,21 +229,7 @@ impl Conn {
             }
         }
         let mut session = self.session().await;
-        let cached = self
-            .bound
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&portal.name);
-        let params = match cached {
-            Some(p) => p,
-            None => bind_parameters(&mut session, portal).await?,
-        };
-        let handle = self
-            .cancel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let cancel = watch_cancel(handle, &session).await;
+        let (params, cancel) = self.start_portal(&mut session, portal).await?;
         let (to, from) = tokio::sync::mpsc::channel::<Piece>(2);
         let (_, sent) = tokio::join!(
             session.execute_streaming_with_params(sql, &params, to),
