@@ -354,19 +354,10 @@ where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    for row in 0..b.num_rows() {
-        let mut data = BytesMut::new();
-        for col in b.columns() {
-            text_field(&mut data, col.as_ref(), row);
-        }
-        client
-            .feed(PgWireBackendMessage::DataRow(DataRow::new(
-                data,
-                b.num_columns() as i16,
-            )))
-            .await?;
-    }
-    Ok(())
+    // Every value has a text form: this never fails to encode.
+    execute::send_rows(client, b, &Format::UnifiedText, &[])
+        .await?
+        .map_err(|e| user_error(&e))
 }
 
 impl Conn {

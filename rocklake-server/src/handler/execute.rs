@@ -63,8 +63,9 @@ fn columns_in(format: &Format, schema: &SchemaRef) -> Result<Vec<PgType>, SqlErr
     }
 }
 
-/// `b`'s rows as DataRows, each column in the portal's format.
-async fn send_rows<C>(
+/// `b`'s rows as DataRows, each column in the portal's format (`types` are needed only for
+/// binary columns).
+pub(super) async fn send_rows<C>(
     client: &mut C,
     b: &RecordBatch,
     format: &Format,
