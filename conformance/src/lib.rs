@@ -470,11 +470,14 @@ pub mod util {
     }
 }
 
-/// Engine evidence that durable commits reach the disk: `commits` durable commits, one after
-/// another, on a key space over `backend` must raise `syncs` (the engine's own count of its
-/// durability barriers: RocksDB's WAL-sync ticker, SlateDB's WAL object writes, sled's
-/// flushes) by at least one each. Engine crates run it twice: as they are, and with their
-/// test-only switch that skips the sync, which it must catch.
+/// Engine evidence that durable commits reach the disk: each of `commits` durable commits, one
+/// after another, on a key space over `backend` must have raised `syncs` (the engine's own
+/// figure of its durability barriers: RocksDB's WAL-sync ticker, SlateDB's WAL object writes,
+/// the bytes sled says its flushes wrote) by the time it returns: read just before each
+/// commit and again when it returns, not once after all of them, so that a sync issued after
+/// the acknowledgement (deferred to a task, or to the next transaction's start) is caught.
+/// Engine crates run it twice: as they are, and with their test-only switch that skips the
+/// sync, which it must catch.
 pub async fn durable_commits_sync(
     backend: Arc<dyn KvBackend>,
     syncs: impl Fn() -> u64,
@@ -483,19 +486,36 @@ pub async fn durable_commits_sync(
     let ks = rocklake_core::Keyspace::open(backend)
         .await
         .map_err(|e| format!("open: {e}"))?;
-    let before = syncs();
+    let start = syncs();
+    let mut unsynced = Vec::new();
     for id in 1..=commits {
-        rows::name_key(&ks, id)
-            .await
-            .map_err(|e| format!("commit {id}: {e}"))?;
+        let mut t = ks.begin().await.map_err(|e| format!("begin {id}: {e}"))?;
+        t.insert(
+            &rocklake_core::keystone::TABLE,
+            rocklake_core::KeyChoice::Named(id),
+            rows::table_cells("named"),
+        )
+        .await
+        .map_err(|e| format!("insert {id}: {e}"))?;
+        // Read just before the commit: `begin` may itself flush an earlier commit that was
+        // applied but not yet durable, which must not count as this commit's barrier.
+        let before = syncs();
+        t.commit().await.map_err(|e| format!("commit {id}: {e}"))?;
+        if syncs() == before {
+            unsynced.push(id);
+        }
     }
-    let during = syncs() - before;
+    let during = syncs() - start;
     ks.close().await.map_err(|e| format!("close: {e}"))?;
-    if during < commits {
+    if !unsynced.is_empty() {
         return Err(format!(
-            "{commits} durable commits, one after another, made the engine sync only {during} \
-             times"
+            "{} of {commits} durable commits returned before the engine synced (commits \
+             {unsynced:?}; the engine's figure rose by {during} in all)",
+            unsynced.len()
         ));
     }
-    Ok(format!("{commits} durable commits: {during} engine syncs"))
+    Ok(format!(
+        "{commits} durable commits, each synced before it returned (the engine's figure rose by \
+         {during})"
+    ))
 }

@@ -85,6 +85,8 @@ pub struct SledEngine {
     failed: AtomicBool,
     /// Flushes that completed ([`SledEngine::flushes`]).
     flushes: std::sync::atomic::AtomicU64,
+    /// Bytes sled said its completed flushes wrote ([`SledEngine::flushed_bytes`]).
+    flushed_bytes: std::sync::atomic::AtomicU64,
     /// Test-only: `sync` does nothing (see [`SledEngine::skip_syncs_for_tests`]).
     skip_sync: AtomicBool,
 }
@@ -117,6 +119,7 @@ impl SledEngine {
             db: RwLock::new(Some(db)),
             failed: AtomicBool::new(false),
             flushes: std::sync::atomic::AtomicU64::new(0),
+            flushed_bytes: std::sync::atomic::AtomicU64::new(0),
             skip_sync: AtomicBool::new(false),
         })
     }
@@ -135,6 +138,12 @@ impl SledEngine {
     /// How many of sled's flushes (write and fsync) completed on this handle's syncs.
     pub fn flushes(&self) -> u64 {
         self.flushes.load(AtomicOrdering::Acquire)
+    }
+
+    /// How many bytes sled reported writing and syncing in this handle's flushes (sled's own
+    /// figure: `Db::flush` returns it).
+    pub fn flushed_bytes(&self) -> u64 {
+        self.flushed_bytes.load(AtomicOrdering::Acquire)
     }
 
     /// Test-only: make [`Engine::sync`] do nothing, to show that the sync-evidence test
@@ -310,7 +319,9 @@ impl Engine for SledEngine {
             return Ok(());
         }
         let flushed = blocking::run(error::ENGINE, move || Ok(db.flush())).await?;
-        if flushed.is_ok() {
+        if let Ok(bytes) = flushed {
+            self.flushed_bytes
+                .fetch_add(bytes as u64, AtomicOrdering::AcqRel);
             self.flushes.fetch_add(1, AtomicOrdering::AcqRel);
         }
         if let Err(e) = flushed {
