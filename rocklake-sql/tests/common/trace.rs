@@ -1,6 +1,6 @@
 //! The captured DuckLake workload (`shared/ducklake-wire/wire_trace.jsonl.gz`): its simple-Query
 //! messages per connection in captured order, with PostgreSQL's answers (command tags and
-//! SQLSTATEs).
+//! SQLSTATEs) and the transaction status its ReadyForQuery gave after each.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -19,6 +19,29 @@ pub struct Message {
     pub at_micros: i64,
     pub query: String,
     pub want: Vec<Want>,
+    /// PostgreSQL's ReadyForQuery status after the message: `I`, `T` or `E`.
+    pub status: char,
+}
+
+/// The ReadyForQuery status letter of a session's state.
+pub fn status_letter(s: rocklake_sql::Status) -> char {
+    match s {
+        rocklake_sql::Status::Idle => 'I',
+        rocklake_sql::Status::InBlock => 'T',
+        rocklake_sql::Status::Failed => 'E',
+    }
+}
+
+/// Whether `got` is `want` but for row counts (`SELECT 12` and `SELECT 3` agree): how a
+/// statement that reads PostgreSQL's own catalog is compared, since that catalog's rows differ.
+pub fn command_matches(want: &Want, got: &Want) -> bool {
+    match (want, got) {
+        (Want::Tag(w), Want::Tag(g)) => {
+            let word = |t: &str| t.split(' ').next().unwrap_or("").to_string();
+            word(w) == word(g)
+        }
+        (w, g) => w == g,
+    }
 }
 
 pub fn shared_dir() -> Option<std::path::PathBuf> {
@@ -56,6 +79,7 @@ pub fn load_trace() -> Option<Vec<Message>> {
                     at_micros: (m["t"].as_f64().unwrap() * 1e6) as i64,
                     query: m["query"].as_str().unwrap().to_string(),
                     want: Vec::new(),
+                    status: '?',
                 });
             }
             ("B", "CommandComplete") => {
@@ -73,7 +97,10 @@ pub fn load_trace() -> Option<Vec<Message>> {
                 }
             }
             ("B", "ReadyForQuery") => {
-                open.remove(&conn);
+                if let Some(i) = open.remove(&conn) {
+                    let status = m["status"].as_str().and_then(|s| s.chars().next());
+                    out[i].status = status.expect("a ReadyForQuery without its status");
+                }
             }
             _ => {}
         }
