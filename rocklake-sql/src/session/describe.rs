@@ -10,7 +10,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::write::target_of;
-use super::{Session, Status};
+use super::Session;
 use crate::catalog::fold;
 use crate::colnames::{alias_repeated, pg_column_names, rename_columns};
 use crate::error::{state, Result, SqlError};
@@ -43,7 +43,7 @@ impl Session {
         if matches!(*q.body, SetExpr::Update(_) | SetExpr::Delete(_)) {
             return Ok((vec![], None));
         }
-        if self.status == Status::Idle && self.shared.txn.lock().await.is_none() {
+        if self.shared.txn.lock().await.is_none() {
             *self
                 .shared
                 .catalog

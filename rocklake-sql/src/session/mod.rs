@@ -197,6 +197,8 @@ pub struct Session {
     shared: Arc<Shared>,
     ctx: SessionContext,
     status: Status,
+    /// `BEGIN READ ONLY` before the block's first statement took its snapshot.
+    block_read_only: bool,
     clock: Clock,
     /// The table and columns of a `COPY ... FROM STDIN` waiting for its rows, and whether it
     /// runs in the text's implicit transaction.
@@ -289,6 +291,7 @@ impl Session {
             shared,
             ctx,
             status: Status::Idle,
+            block_read_only: false,
             clock: Arc::new(move || ks.keyspace().now_micros()),
             copy: None,
             temp_tables: Vec::new(),
@@ -427,7 +430,7 @@ impl Session {
                 Ok(o) => out.push(Ok(o)),
                 Err(e) => {
                     match self.status {
-                        Status::InBlock => self.status = Status::Failed,
+                        Status::InBlock => self.fail_block().await,
                         Status::Failed => {}
                         Status::Idle => self.drop_txn().await,
                     }
@@ -490,7 +493,7 @@ impl Session {
                 if implicit {
                     self.drop_txn().await;
                 } else {
-                    self.status = Status::Failed;
+                    self.fail_block().await;
                 }
                 Err(e)
             }
@@ -535,7 +538,7 @@ impl Session {
             if implicit {
                 self.drop_txn().await;
             } else {
-                self.status = Status::Failed;
+                self.fail_block().await;
             }
         }
         SqlError::new("57014", format!("COPY from stdin failed: {why}"))
@@ -551,15 +554,22 @@ impl Session {
         last.ok_or_else(|| SqlError::new(state::SYNTAX_ERROR, "no statement to run"))
     }
 
+    /// The transaction statements run in, begun (its snapshot taken) now if there is none:
+    /// at a block's first statement after `BEGIN`, as PostgreSQL takes a `REPEATABLE READ`
+    /// snapshot, or at the first statement of an implicit transaction.
     async fn ensure_txn(&mut self) -> Result<()> {
         let mut guard = self.shared.txn.lock().await;
         if guard.is_none() {
             let mut txn = self.db.begin().await?;
             let interrupt = self.interrupt.clone();
             txn.stop = Some(Arc::new(move || interrupt.check()));
-            self.shared
-                .txn_start
-                .store((self.clock)(), Ordering::Release);
+            txn.read_only = std::mem::take(&mut self.block_read_only);
+            if self.status == Status::Idle {
+                // A block's start time was taken at its BEGIN.
+                self.shared
+                    .txn_start
+                    .store((self.clock)(), Ordering::Release);
+            }
             *self
                 .shared
                 .catalog
@@ -570,7 +580,16 @@ impl Session {
         Ok(())
     }
 
+    /// An error inside a block: the block stays open (only ROLLBACK or COMMIT ends it), but
+    /// its transaction is over now, as PostgreSQL aborts it at the error: its writes are gone
+    /// and the rows and keys it locked are free for the sessions waiting on them.
+    async fn fail_block(&mut self) {
+        self.drop_txn().await;
+        self.status = Status::Failed;
+    }
+
     async fn drop_txn(&mut self) {
+        self.block_read_only = false;
         self.settings.rolled_back();
         self.temp_tables.clear();
         self.shared.txn.lock().await.take();
@@ -582,6 +601,7 @@ impl Session {
     }
 
     async fn commit_txn(&mut self) -> Result<()> {
+        self.block_read_only = false;
         let temps = std::mem::take(&mut self.temp_tables);
         let mut txn = self.shared.txn.lock().await.take();
         if let Some(t) = txn.as_mut() {
@@ -633,17 +653,25 @@ impl Session {
             }
             (Statement::StartTransaction { modes, .. }, _) => {
                 settings::check_isolation(modes)?;
-                // Inside a block PostgreSQL only warns; the block goes on.
-                self.ensure_txn().await?;
-                if modes.iter().any(|m| {
+                let read_only = modes.iter().any(|m| {
                     matches!(
                         m,
                         TransactionMode::AccessMode(TransactionAccessMode::ReadOnly)
                     )
-                }) {
-                    if let Some(t) = self.shared.txn.lock().await.as_mut() {
-                        t.read_only = true;
+                });
+                // Inside a block PostgreSQL only warns; the block goes on. Otherwise the
+                // snapshot is taken at the block's first statement, not here (PostgreSQL's
+                // REPEATABLE READ sees what committed between BEGIN and that statement);
+                // `now()` is BEGIN's time.
+                match self.shared.txn.lock().await.as_mut() {
+                    Some(t) => t.read_only |= read_only,
+                    None if self.status == Status::Idle => {
+                        self.shared
+                            .txn_start
+                            .store((self.clock)(), Ordering::Release);
+                        self.block_read_only = read_only;
                     }
+                    None => self.block_read_only |= read_only,
                 }
                 self.status = Status::InBlock;
                 return Ok(Output::Command("BEGIN".into()));
