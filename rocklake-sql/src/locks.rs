@@ -21,7 +21,7 @@
 //! or times out (`57014`), or at once with `40P01` when waiting would close a cycle of
 //! transactions waiting on each other (through tables or keys alike).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +55,35 @@ struct State {
     keys: HashMap<Bytes, u64>,
     /// Owner → the owners it waits for.
     waiting: HashMap<u64, HashSet<u64>>,
+    /// Key → the owners waiting to claim it, first come first: when its holder ends, the
+    /// first of them takes it, as PostgreSQL's lock queue grants in order.
+    queues: HashMap<Bytes, VecDeque<u64>>,
+}
+
+/// Takes an owner out of a key's queue however its wait ends, and wakes the others (the
+/// one behind it may be first now).
+struct Queued<'a> {
+    locks: &'a Locks,
+    key: &'a Bytes,
+    owner: u64,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let mut st = self.locks.lock();
+        if let Some(q) = st.queues.get_mut(self.key) {
+            let before = q.len();
+            q.retain(|o| *o != self.owner);
+            let removed = q.len() != before;
+            if q.is_empty() {
+                st.queues.remove(self.key);
+            }
+            drop(st);
+            if removed {
+                self.locks.changed.notify_waiters();
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -198,10 +227,10 @@ impl Held {
 }
 
 impl Held {
-    /// Claim `key`, a primary-key entry this transaction adds, until the transaction ends;
-    /// while another open transaction holds it, wait for that one to end first. Returns
-    /// whether it waited (the caller then looks again whether the key was committed).
-    /// `name` is for the deadlock message.
+    /// Claim `key` (a primary-key entry this transaction adds, or a row it changes or
+    /// deletes, with its primary-key entry) until the transaction ends; while another open
+    /// transaction holds it, wait for that one to end first. Returns whether it waited (the
+    /// caller then looks again at what the store holds). `name` is for the deadlock message.
     pub async fn claim_key(
         &mut self,
         key: &Bytes,
@@ -209,30 +238,85 @@ impl Held {
         stop: Option<&StopCheck>,
     ) -> Result<bool> {
         let (owner, keys) = (self.owner, &mut self.keys);
-        let detail = || {
-            format!(
-                "This transaction waited for another's insert of the same key into \"{name}\", \
-                 and that transaction waits for this one."
-            )
+        let locks = self.locks.clone();
+        let _queued = Queued {
+            locks: &locks,
+            key,
+            owner,
         };
+        let detail = || key_detail(name);
         let mut looks = 0;
         wait_for(&self.locks, owner, detail, stop, |st| {
             looks += 1;
-            match st.keys.get(key) {
-                Some(holder) if *holder != owner => Look::Blocked(HashSet::from([*holder])),
-                Some(_) => Look::Done(()),
-                None => {
-                    if keys.len() < MAX_CLAIMED_KEYS {
-                        st.keys.insert(key.clone(), owner);
-                        keys.push(key.clone());
-                    }
-                    Look::Done(())
+            // Kept back by the holder, or by whoever came before this owner in the queue.
+            let ahead = match st.keys.get(key) {
+                Some(holder) if *holder == owner => return Look::Done(()),
+                Some(holder) => Some(*holder),
+                None => st
+                    .queues
+                    .get(key)
+                    .and_then(|q| q.front().copied())
+                    .filter(|first| *first != owner),
+            };
+            if let Some(ahead) = ahead {
+                let q = st.queues.entry(key.clone()).or_default();
+                if !q.contains(&owner) {
+                    q.push_back(owner);
+                }
+                return Look::Blocked(HashSet::from([ahead]));
+            }
+            if let Some(q) = st.queues.get_mut(key) {
+                q.retain(|o| *o != owner);
+                if q.is_empty() {
+                    st.queues.remove(key);
                 }
             }
+            if keys.len() < MAX_CLAIMED_KEYS {
+                st.keys.insert(key.clone(), owner);
+                keys.push(key.clone());
+            }
+            Look::Done(())
         })
         .await?;
         Ok(looks > 1)
     }
+}
+
+impl Held {
+    /// Wait while another open transaction holds `key`, without claiming it: an INSERT of a
+    /// key whose committed row another transaction is changing or deleting waits for that one,
+    /// as PostgreSQL's unique check does. Returns whether it waited.
+    pub async fn wait_key(
+        &mut self,
+        key: &Bytes,
+        name: &str,
+        stop: Option<&StopCheck>,
+    ) -> Result<bool> {
+        let owner = self.owner;
+        let mut looks = 0;
+        wait_for(
+            &self.locks,
+            owner,
+            || key_detail(name),
+            stop,
+            |st| {
+                looks += 1;
+                match st.keys.get(key) {
+                    Some(holder) if *holder != owner => Look::Blocked(HashSet::from([*holder])),
+                    _ => Look::Done(()),
+                }
+            },
+        )
+        .await?;
+        Ok(looks > 1)
+    }
+}
+
+fn key_detail(name: &str) -> String {
+    format!(
+        "This transaction waited for another's change of the same row or key of \"{name}\", \
+         and that transaction waits for this one."
+    )
 }
 
 /// What one look at the lock table found.

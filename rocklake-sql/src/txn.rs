@@ -582,18 +582,21 @@ impl Txn {
                 let store = self.db.keyspace().backend();
                 let mut taken =
                     self.view.get(pk).await?.is_some() || store.get(pk).await?.is_some();
+                let key = Bytes::copy_from_slice(pk);
+                let name = rel.qualified();
+                let stop = self.stop.as_deref();
+                if taken {
+                    // Committed, but another open transaction may be changing or deleting its
+                    // row: wait for that one to end, as PostgreSQL's unique check does.
+                    if self.held.wait_key(&key, &name, stop).await? {
+                        taken =
+                            self.view.get(pk).await?.is_some() || store.get(pk).await?.is_some();
+                    }
+                }
                 // Free now, but another open transaction may have added it: wait for that one
                 // to end (as PostgreSQL's unique index does), then look again.
-                if !taken {
-                    let key = Bytes::copy_from_slice(pk);
-                    let name = rel.qualified();
-                    if self
-                        .held
-                        .claim_key(&key, &name, self.stop.as_deref())
-                        .await?
-                    {
-                        taken = store.get(pk).await?.is_some();
-                    }
+                if !taken && self.held.claim_key(&key, &name, stop).await? {
+                    taken = store.get(pk).await?.is_some();
                 }
                 taken
             }
@@ -654,9 +657,59 @@ impl Txn {
         Ok(())
     }
 
+    /// Lock a row this transaction is about to change or delete, as PostgreSQL's UPDATE and
+    /// DELETE do: while another open transaction has changed or deleted it, wait for that one
+    /// to end; then, if the store no longer holds the version this transaction's snapshot
+    /// read (a concurrent update or delete committed), refuse with `40001` at this statement,
+    /// as REPEATABLE READ does, rather than at the COMMIT. The commit's preconditions stay
+    /// the guarantee; the lock decides who waits and when the loser learns it.
+    async fn lock_row(&mut self, rel: &RelDef, old: &StoredRow) -> Result<()> {
+        if self.writes.contains_key(&old.key) {
+            // A version this transaction wrote: its own, already locked.
+            return Ok(());
+        }
+        // A change committed since the snapshot refuses at once; one still open is waited
+        // for, then looked at again.
+        self.still_as_read(&old.key).await?;
+        let name = rel.qualified();
+        let stop = self.stop.clone();
+        let mut waited = self
+            .held
+            .claim_key(&old.key, &name, stop.as_deref())
+            .await?;
+        if let Some(pk) = rel.pk_index_key(&old.cells)? {
+            waited |= self
+                .held
+                .claim_key(&Bytes::from(pk), &name, stop.as_deref())
+                .await?;
+        }
+        if waited {
+            self.still_as_read(&old.key).await?;
+        }
+        Ok(())
+    }
+
+    /// `40001` unless the store still holds the version of `key` this transaction's snapshot
+    /// read.
+    async fn still_as_read(&self, key: &Bytes) -> Result<()> {
+        let now = self.db.keyspace().backend().get(key).await?;
+        if now.is_some() && now == self.view.get(key).await? {
+            return Ok(());
+        }
+        Err(SqlError::new(
+            state::SERIALIZATION_FAILURE,
+            if now.is_none() {
+                "could not serialize access due to concurrent delete"
+            } else {
+                "could not serialize access due to concurrent update"
+            },
+        ))
+    }
+
     /// Replace the row stored under `old.key` with `cells`.
     pub async fn update(&mut self, rel: &RelDef, old: &StoredRow, cells: Vec<Value>) -> Result<()> {
         self.guard(rel, Mode::Write).await?;
+        self.lock_row(rel, old).await?;
         rel.check_not_null(&cells)?;
         // An overflow row's key says nothing of its key fields (an issued one is drawn again).
         let old_key = (!rel.is_overflow(&old.key)).then_some(&old.key[..]);
@@ -707,6 +760,7 @@ impl Txn {
     /// Delete the row stored under `old.key` (and its primary-key entry).
     pub async fn delete(&mut self, rel: &RelDef, old: &StoredRow) -> Result<()> {
         self.guard(rel, Mode::Write).await?;
+        self.lock_row(rel, old).await?;
         self.touch(&old.key).await?;
         self.write(old.key.clone(), None)?;
         self.delete_tuple(rel, &old.key).await?;
