@@ -483,4 +483,39 @@ mod tests {
         drop(d);
         assert!(locks.lock().keys.is_empty() && locks.lock().waiting.is_empty());
     }
+
+    #[tokio::test]
+    async fn waiters_for_a_key_are_let_go_in_the_order_they_came() {
+        let locks = Arc::new(Locks::default());
+        let key = Bytes::from_static(b"k");
+        for round in 0..50 {
+            let mut holder = locks.owner();
+            holder.claim_key(&key, "t", None).await.unwrap();
+            // Three waiters arrive one after another; the order they are let go in is sent
+            // back as each gets the key (and then lets it go).
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            for n in 0..3 {
+                let mut w = locks.owner();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    w.claim_key(&Bytes::from_static(b"k"), "t", None)
+                        .await
+                        .unwrap();
+                    tx.send(n).unwrap();
+                    // Hold it a moment, so the next must wait for this one.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                });
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            drop(holder);
+            let mut order = Vec::new();
+            for _ in 0..3 {
+                order.push(rx.recv().await.unwrap());
+            }
+            assert_eq!(order, [0, 1, 2], "round {round}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let st = locks.lock();
+        assert!(st.keys.is_empty() && st.queues.is_empty() && st.waiting.is_empty());
+    }
 }
