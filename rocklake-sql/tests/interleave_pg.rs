@@ -544,21 +544,12 @@ async fn run_schedule(
         }
     };
     let n = scripts.len();
-    let admin = common::pg::connect(url).await;
     let name = format!(
         "rocklake_interleave_{}_{case}_{}",
         std::process::id(),
         store.name
     );
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
-        .await
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let case_url = format!("{url} dbname={name}");
+    let (admin, case_url) = common::pg::fresh_db(url, &name).await;
     let db = open(store).await;
     let mut ours = Vec::new();
     let mut pg = Vec::new();

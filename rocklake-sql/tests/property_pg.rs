@@ -183,11 +183,9 @@ fn random_ducklake_transactions_end_the_same_on_rocklake_and_postgresql() {
             .current();
         rt.block_on(async {
             for store in stores() {
-                let admin = common::pg::connect(&url).await;
                 let name = format!("rocklake_prop_{}_{case}_{}", std::process::id(), store.name);
-                admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}")).await.unwrap();
-                admin.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap();
-                let pg = [common::pg::connect(&format!("{url} dbname={name}")).await, common::pg::connect(&format!("{url} dbname={name}")).await];
+                let (admin, db_url) = common::pg::fresh_db(&url, &name).await;
+                let pg = [common::pg::connect(&db_url).await, common::pg::connect(&db_url).await];
                 pg[0].batch_execute(DDL).await.unwrap();
                 let db = open(&store).await;
                 let mut ours = [Session::new(db.clone()), Session::new(db.clone())];

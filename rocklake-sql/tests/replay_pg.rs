@@ -133,17 +133,8 @@ async fn rocklake_answers_the_captured_workload_as_postgresql_15_does() {
     let Some(trace) = load_trace() else { return };
     for store in stores() {
         // A database of its own on the PostgreSQL side, for this engine's run.
-        let admin = common::pg::connect(&url).await;
         let dbname = format!("rocklake_replay_{}_{}", std::process::id(), store.name);
-        admin
-            .simple_query(&format!("DROP DATABASE IF EXISTS {dbname}"))
-            .await
-            .unwrap();
-        admin
-            .simple_query(&format!("CREATE DATABASE {dbname}"))
-            .await
-            .unwrap();
-        let pg_db_url = format!("{url} dbname={dbname}");
+        let (admin, pg_db_url) = common::pg::fresh_db(&url, &dbname).await;
 
         let db = open(&store).await;
         let now = Arc::new(AtomicI64::new(0));

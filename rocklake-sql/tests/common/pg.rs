@@ -30,3 +30,18 @@ pub async fn connect(url: &str) -> Client {
     });
     client
 }
+
+/// A new, empty database `name` on the server (dropped first if a run left it), with the
+/// connection that made it (to drop it at the end) and the connection string to it.
+pub async fn fresh_db(url: &str, name: &str) -> (Client, String) {
+    let admin = connect(url).await;
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    (admin, format!("{url} dbname={name}"))
+}
