@@ -2,7 +2,8 @@
 
 usage: python run.py --pg-dsn "host=127.0.0.1 port=N user=postgres dbname=postgres"
                      --rocklake-bin PATH --engine slatedb [--engine sled ...]
-                     [--engine-url URL ...] [--ext-dir DIR] [--s3] [--pg-twice] [--keep]
+                     [--engine-url URL ...] [--ext-dir DIR] [--s3] [--pg-twice] [--maintain]
+                     [--keep]
 
 The reference run goes to a fresh PostgreSQL database; each engine gets a fresh store folder
 and its own `rocklake serve`. Every run gets its own DATA_PATH. Every recorded step result is
@@ -36,13 +37,15 @@ def data_path_for(args, tmp, name):
     return path
 
 
-def run_workload(args, tmp, name, catalog):
+def run_workload(args, tmp, name, catalog, phase="all", data_path=None):
     """Run workload.py in its own process (a crash in DuckDB must not take the harness down).
-    Returns (steps, seconds, problem) where problem is None or a text for the report."""
-    out = os.path.join(tmp, f"{name}.json")
-    err = os.path.join(tmp, f"{name}-workload.log")
+    Returns (steps, seconds, problem, data_path) where problem is None or a text for the
+    report. The reread phase is given the data path the workload used."""
+    out = os.path.join(tmp, f"{name}-{phase}.json")
+    err = os.path.join(tmp, f"{name}-{phase}-workload.log")
+    data_path = data_path or data_path_for(args, tmp, name)
     cmd = [sys.executable, WORKLOAD, "--catalog", catalog, "--ext-dir", args.ext_dir,
-           "--data-path", data_path_for(args, tmp, name), "--out", out]
+           "--data-path", data_path, "--out", out, "--phase", phase]
     if args.s3:
         cmd.append("--s3")
     t0 = time.monotonic()
@@ -60,7 +63,28 @@ def run_workload(args, tmp, name, catalog):
     problem = None
     if rc != 0:
         problem = f"workload.py exited with {rc}; its output:\n{common.tail(err)}"
-    return steps, secs, problem
+    return steps, secs, problem, data_path
+
+
+def rocklake(args, *cli):
+    """Run the rocklake command; returns its stdout, or raises RuntimeError with its output."""
+    p = subprocess.run([args.rocklake_bin, *cli], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise RuntimeError(f"rocklake {' '.join(cli[:2])} exited with {p.returncode}:\n"
+                           f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def maintain(args, url):
+    """RockLake's own maintenance on a stopped server's store, after DuckLake's expire and
+    cleanup: retain-from at the oldest snapshot DuckLake keeps, gc, then verify (clean or
+    RuntimeError). Returns a line for the report."""
+    out = rocklake(args, "--json", "sql", url, "SELECT min(snapshot_id) FROM ducklake_snapshot")
+    oldest = int(json.loads(out.strip().splitlines()[-1])["rows"][0][0])
+    rocklake(args, "retain-from", url, str(oldest))
+    gc = rocklake(args, "gc", url).strip().splitlines()
+    verify = rocklake(args, "verify", url).strip().splitlines()
+    return f"retain-from {oldest}; gc: {gc[-1] if gc else ''}; verify: {verify[-1] if verify else ''}"
 
 
 def compare(ref, cand):
@@ -127,6 +151,10 @@ def main():
                     help="DATA_PATH on S3 ($ROCKLAKE_TEST_S3_URL, endpoint $AWS_ENDPOINT_URL)")
     ap.add_argument("--pg-twice", action="store_true",
                     help="also compare a second PostgreSQL run (checks the workload itself)")
+    ap.add_argument("--maintain", action="store_true",
+                    help="after the workload, run RockLake's retain-from, gc and verify on each "
+                         "store, restart its server and read everything back (read-only steps "
+                         "compared with PostgreSQL's, which gets no such maintenance)")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder and databases")
     args = ap.parse_args()
     if not args.pg_dsn:
@@ -151,10 +179,16 @@ def main():
             db = f"e2e_{col}_{tag}"
             pg_dbs.append(db)
             dsn = common.create_pg_database(args.pg_dsn, db)
-            steps, secs, problem = run_workload(args, tmp, col, dsn)
+            steps, secs, problem, data_path = run_workload(args, tmp, col, dsn)
             results[col], timings[col] = steps, secs
             if problem:
                 failures.append((col, problem))
+            if args.maintain:
+                for phase in ("expire", "reread"):
+                    steps, _, problem, _ = run_workload(args, tmp, col, dsn, phase, data_path)
+                    results[col] += steps
+                    if problem:
+                        failures.append((col, problem))
 
         pg_run("pg")
         if args.pg_twice:
@@ -168,10 +202,26 @@ def main():
             server = common.Server(args.rocklake_bin, url, log)
             try:
                 server.start(timeout=60)
-                steps, secs, problem = run_workload(args, tmp, col, server.dsn())
+                steps, secs, problem, data_path = run_workload(args, tmp, col, server.dsn())
                 results[col], timings[col] = steps, secs
                 if problem:
                     failures.append((col, problem))
+                if args.maintain and not problem:
+                    # DuckLake's own expiry of all but the last snapshots, then RockLake's
+                    # maintenance on the stopped server's store, a restart and a read of it all.
+                    steps, _, problem, _ = run_workload(args, tmp, col, server.dsn(),
+                                                        "expire", data_path)
+                    results[col] += steps
+                    if problem:
+                        raise RuntimeError(problem)
+                    server.stop()
+                    print(f"e2e: {col}: {maintain(args, url)}", flush=True)
+                    server.start(timeout=60)
+                    steps, _, problem, _ = run_workload(args, tmp, col, server.dsn(),
+                                                        "reread", data_path)
+                    results[col] += steps
+                    if problem:
+                        failures.append((col, problem))
             except RuntimeError as e:
                 results[col], timings[col] = [], 0.0
                 failures.append((col, str(e)))

@@ -149,6 +149,20 @@ class Recorder:
             self.steps.append({"name": name, "sql": sql, "ms": ms, "columns": cols, "rows": rows})
         return raw
 
+    def read_or_fail(self, name, sql):
+        """A read that may fail (time travel to a snapshot before its table existed): an
+        error is recorded as a row, so that both catalogs must fail it alike."""
+        assert name not in self.names, f"duplicate step name {name}"
+        self.names.add(name)
+        t0 = time.monotonic()
+        try:
+            cur = self.con.execute(sql)
+            rows = sorted(json.dumps([self.mask(norm(v)) for v in row]) for row in cur.fetchall())
+        except Exception:  # noqa: BLE001 - the failure itself is the result
+            rows = ["<error>"]
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        self.steps.append({"name": name, "sql": sql, "ms": ms, "rows": rows})
+
     def x(self, name, sql):
         """A statement whose only result is success (DDL, DML without RETURNING, CALLs)."""
         return self.q(name, sql, sort=False)
@@ -520,7 +534,64 @@ def workload(r, attach_sql, reattach, catalog):
     return r
 
 
-def run(catalog, data_path, ext_dir, s3=False):
+# The catalog's tables whose row counts a reread compares, read through DuckDB's postgres
+# extension. Of the versioned ones (`end_snapshot`), only rows some kept snapshot can see: the
+# ones that ended at or before the oldest kept snapshot are invisible to every read DuckLake
+# can make, DuckLake keeps some of them (a dropped table's rows), and RockLake's gc removes them.
+META_TABLES = ["ducklake_snapshot", "ducklake_snapshot_changes", "ducklake_file_column_stats",
+               "ducklake_table_stats", "ducklake_table_column_stats",
+               "ducklake_files_scheduled_for_deletion", "ducklake_inlined_data_tables",
+               "ducklake_metadata"]
+META_VERSIONED = ["ducklake_schema", "ducklake_table", "ducklake_column", "ducklake_data_file",
+                  "ducklake_delete_file", "ducklake_view", "ducklake_tag", "ducklake_column_tag"]
+USER_TABLES = ["s1.orders2", "main.customers", "main.ticks", "s1.small", "s1.events"]
+
+
+def reread(r, attach_sql):
+    """After the workload (and, on RockLake, a restart after `retain-from` and `gc`): read
+    everything DuckLake still keeps, at every snapshot it keeps. Read only."""
+    q, x = r.q, r.x
+    x("after_gc_attach", attach_sql())
+    snaps = [row[0] for row in r.con.execute(
+        "SELECT snapshot_id FROM lake.snapshots() ORDER BY snapshot_id").fetchall()]
+    q("after_gc_snapshots", "SELECT snapshot_id, schema_version, changes FROM lake.snapshots() "
+      "ORDER BY snapshot_id")
+    for t in USER_TABLES:
+        q(f"after_gc_{t}", f"SELECT count(*) FROM lake.{t}")
+        for s in snaps:
+            r.read_or_fail(f"after_gc_{t}_at_{s}", f"SELECT count(*) FROM lake.{t} AT (VERSION => {s})")
+        schema, name = t.split(".")
+        r.read_or_fail(f"after_gc_{t}_changes", "SELECT change_type, count(*) FROM ducklake_table_changes("
+            f"'lake', '{schema}', '{name}', {snaps[0]}, {snaps[-1]}) GROUP BY ALL")
+    q("after_gc_table_info", "SELECT table_name, file_count, delete_file_count "
+      "FROM ducklake_table_info('lake')")
+    meta = "__ducklake_metadata_lake.public"
+    for t in META_TABLES:
+        r.read_or_fail(f"after_gc_meta_{t}", f"SELECT count(*) FROM {meta}.{t}")
+    for t in META_VERSIONED:
+        r.read_or_fail(f"after_gc_meta_{t}", f"SELECT count(*) FROM {meta}.{t} "
+                       f"WHERE end_snapshot IS NULL OR end_snapshot > {snaps[0]}")
+    x("after_gc_detach", "DETACH lake")
+    return r
+
+
+def expire_old(r, attach_sql, keep=10):
+    """DuckLake's own expiry of every snapshot but the last `keep`, and the cleanup of the
+    files only they referenced, so that RockLake's retain-from and gc have versions to remove."""
+    q, x = r.q, r.x
+    x("expire_old_attach", attach_sql())
+    snaps = [row[0] for row in r.con.execute(
+        "SELECT snapshot_id FROM lake.snapshots() ORDER BY snapshot_id").fetchall()]
+    old = snaps[:-keep]
+    q("expire_old", f"SELECT snapshot_id FROM ducklake_expire_snapshots('lake', versions => {old})")
+    q("expire_old_cleanup", "SELECT count(*) FROM ducklake_cleanup_old_files('lake', "
+      "cleanup_all => true)")
+    q("expire_old_snapshots", "SELECT snapshot_id FROM lake.snapshots() ORDER BY snapshot_id")
+    x("expire_old_detach", "DETACH lake")
+    return r
+
+
+def run(catalog, data_path, ext_dir, s3=False, phase="all"):
     """Run the workload; return the list of recorded steps."""
     def fresh():
         con = connect(ext_dir)
@@ -540,7 +611,12 @@ def run(catalog, data_path, ext_dir, s3=False):
         return nxt
 
     try:
-        last = workload(first, attach_sql, reattach, catalog)
+        if phase == "reread":
+            last = reread(first, attach_sql)
+        elif phase == "expire":
+            last = expire_old(first, attach_sql)
+        else:
+            last = workload(first, attach_sql, reattach, catalog)
         last.con.close()
     except Exception as e:  # a bug in the workload's own Python, or a lost connection
         first.steps.append({"name": "workload_aborted", "error": f"{type(e).__name__}: {e}"})
@@ -554,9 +630,12 @@ def main():
     ap.add_argument("--ext-dir", required=True, help="extension directory (see setup_ext.py)")
     ap.add_argument("--out", required=True, help="where to write the recorded steps as JSON")
     ap.add_argument("--s3", action="store_true", help="create an S3 secret from the environment")
+    ap.add_argument("--phase", choices=["all", "expire", "reread"], default="all",
+                    help="after a finished workload: expire all but the last snapshots "
+                         "(expire_old()), or only read back what is left (reread())")
     a = ap.parse_args()
     t0 = time.monotonic()
-    steps = run(a.catalog, a.data_path, a.ext_dir, s3=a.s3)
+    steps = run(a.catalog, a.data_path, a.ext_dir, s3=a.s3, phase=a.phase)
     with open(a.out, "w") as f:
         json.dump({"seconds": round(time.monotonic() - t0, 2), "steps": steps}, f, indent=1)
     errors = [s for s in steps if "error" in s]

@@ -115,7 +115,13 @@ fn one_engine_args(env: &Env, engine: &str) -> Vec<String> {
 fn duckdb_workload_answers_as_on_postgres() {
     let Some(env) = env() else { return };
     let mut args = common_args(&env);
-    args.extend(["--pg-dsn".to_string(), env.pg.clone()]);
+    // Then DuckLake's expiry of all but the last snapshots on both catalogs, RockLake's
+    // retain-from, gc and verify on each store, a restart, and everything read back (#22 item 11).
+    args.extend([
+        "--pg-dsn".to_string(),
+        env.pg.clone(),
+        "--maintain".to_string(),
+    ]);
     run(&env, "run.py", &args);
 }
 
