@@ -3,10 +3,12 @@
 usage: python crash.py --rocklake-bin PATH --engine slatedb [--rounds 5] [--ext-dir DIR] [--seed N]
 
 One store folder and one DATA_PATH for all rounds. Each round starts the server, runs a DuckDB
-client process that commits one value per INSERT and prints the value only after DuckDB
-reported the commit done, kills the server with SIGKILL at a random moment, restarts it on the
-same folder and re-attaches. Every value the client reported must be there; the only other value
-allowed is the one in flight (the next after the last reported), which may or may not be there.
+client process that commits one value per transaction (a row in each of two tables, between
+BEGIN and COMMIT) and prints the value only after DuckDB reported the commit done, kills the
+server with SIGKILL at a random moment, runs `rocklake verify` on the store (it must be
+clean), restarts the server on the same folder and re-attaches. Every value the client
+reported must be there, in both tables; the only other value allowed is the one in flight (the
+next after the last reported), which may or may not be there, but in both tables or in none.
 """
 import argparse
 import os
@@ -34,7 +36,10 @@ def client(a):
     v = a.start
     while True:
         try:
+            con.execute("BEGIN TRANSACTION")
             con.execute(f"INSERT INTO lake.main.crash VALUES ({v})")
+            con.execute(f"INSERT INTO lake.main.crash_pair VALUES ({v}, 'value {v}')")
+            con.execute("COMMIT")
         except Exception as e:  # noqa: BLE001 - the server went away: stop
             print(f"error {type(e).__name__}", flush=True)
             return
@@ -46,8 +51,18 @@ def read_values(a, server, data_path):
     con = connect(a.ext_dir)
     con.execute(attach_sql(server.dsn(), data_path))
     vals = [r[0] for r in con.execute("SELECT v FROM lake.main.crash").fetchall()]
+    pairs = [r[0] for r in con.execute(
+        "SELECT v FROM lake.main.crash_pair WHERE label = 'value ' || v").fetchall()]
     con.close()
-    return vals
+    return vals, pairs
+
+
+def verify(a, server):
+    """`rocklake verify` on the killed server's store: (exit code, its last line)."""
+    p = subprocess.run([a.rocklake_bin, "verify", server.url], capture_output=True, text=True,
+                       timeout=300)
+    lines = (p.stdout + p.stderr).strip().splitlines()
+    return p.returncode, lines[-1] if lines else ""
 
 
 def main():
@@ -86,6 +101,7 @@ def main():
         con = connect(a.ext_dir)
         con.execute(attach_sql(server.dsn(), data_path))
         con.execute("CREATE TABLE lake.main.crash(v BIGINT)")
+        con.execute("CREATE TABLE lake.main.crash_pair(v BIGINT, label VARCHAR)")
         con.close()
         for rnd in range(1, a.rounds + 1):
             cli = subprocess.Popen(
@@ -118,17 +134,24 @@ def main():
             t.join(5)
             got = [int(x) for x in reported]
             in_flight = (got[-1] + 1) if got else next_value
+            rc, last = verify(a, server)
+            if rc != 0:
+                problems.append(f"round {rnd}: rocklake verify after the kill exited {rc}: {last}")
             # A new port each start: the old one may be held by TIME_WAIT connections.
             server.port = common.free_port()
             server.start()
-            present = read_values(a, server, data_path)
+            present, pairs = read_values(a, server, data_path)
             pset = set(present)
+            if sorted(pairs) != sorted(present):
+                torn = sorted(set(pairs) ^ pset)
+                problems.append(f"round {rnd}: {len(torn)} transactions only partly there, "
+                                f"e.g. {torn[:5]}")
             missing = sorted(v for v in set(got) | expected if v not in pset)
             extra = sorted(pset - set(got) - expected - {in_flight})
             dups = len(present) - len(pset)
             flight = "present" if in_flight in pset else "absent"
-            print(f"round {rnd}: {len(got)} commits reported, killed; after restart {len(present)} "
-                  f"rows, in-flight value {in_flight} {flight}")
+            print(f"round {rnd}: {len(got)} commits reported, killed; verify: {last}; after "
+                  f"restart {len(present)} rows in each table, in-flight value {in_flight} {flight}")
             if missing:
                 problems.append(f"round {rnd}: {len(missing)} reported commits lost, e.g. {missing[:5]}")
             if extra:
