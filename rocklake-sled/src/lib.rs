@@ -83,8 +83,6 @@ pub struct SledEngine {
     db: RwLock<Option<sled::Db>>,
     /// Set when a flush failed: every later call is refused (see the crate docs).
     failed: AtomicBool,
-    /// Flushes that completed ([`SledEngine::flushes`]).
-    flushes: std::sync::atomic::AtomicU64,
     /// Bytes sled said its completed flushes wrote ([`SledEngine::flushed_bytes`]).
     flushed_bytes: std::sync::atomic::AtomicU64,
     /// Test-only: `sync` does nothing (see [`SledEngine::skip_syncs_for_tests`]).
@@ -118,7 +116,6 @@ impl SledEngine {
             path,
             db: RwLock::new(Some(db)),
             failed: AtomicBool::new(false),
-            flushes: std::sync::atomic::AtomicU64::new(0),
             flushed_bytes: std::sync::atomic::AtomicU64::new(0),
             skip_sync: AtomicBool::new(false),
         })
@@ -133,11 +130,6 @@ impl SledEngine {
     /// once closed. Writing through it bypasses RockLake's preconditions and views.
     pub fn raw_db(&self) -> Option<sled::Db> {
         self.db().ok()
-    }
-
-    /// How many of sled's flushes (write and fsync) completed on this handle's syncs.
-    pub fn flushes(&self) -> u64 {
-        self.flushes.load(AtomicOrdering::Acquire)
     }
 
     /// How many bytes sled reported writing and syncing in this handle's flushes (sled's own
@@ -322,7 +314,6 @@ impl Engine for SledEngine {
         if let Ok(bytes) = flushed {
             self.flushed_bytes
                 .fetch_add(bytes as u64, AtomicOrdering::AcqRel);
-            self.flushes.fetch_add(1, AtomicOrdering::AcqRel);
         }
         if let Err(e) = flushed {
             self.failed.store(true, AtomicOrdering::Release);
