@@ -669,8 +669,12 @@ impl Txn {
             return Ok(());
         }
         // A change committed since the snapshot refuses at once; one still open is waited
-        // for, then looked at again.
-        self.still_as_read(&old.key).await?;
+        // for, then looked at again. What the snapshot read is the commit's precondition (what
+        // `touch` would read again).
+        let seen = self.still_as_read(&old.key).await?;
+        if !self.conds.contains_key(&old.key) {
+            self.expect(old.key.clone(), seen)?;
+        }
         let name = rel.qualified();
         let stop = self.stop.clone();
         let mut waited = self
@@ -690,11 +694,12 @@ impl Txn {
     }
 
     /// `40001` unless the store still holds the version of `key` this transaction's snapshot
-    /// read.
-    async fn still_as_read(&self, key: &Bytes) -> Result<()> {
+    /// read; that version otherwise.
+    async fn still_as_read(&self, key: &Bytes) -> Result<Option<Bytes>> {
         let now = self.db.keyspace().backend().get(key).await?;
-        if now.is_some() && now == self.view.get(key).await? {
-            return Ok(());
+        let seen = self.view.get(key).await?;
+        if now.is_some() && now == seen {
+            return Ok(seen);
         }
         Err(SqlError::new(
             state::SERIALIZATION_FAILURE,
