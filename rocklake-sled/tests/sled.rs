@@ -1,7 +1,8 @@
 //! What only sled does: its lock file refuses a second open, and close releases it at once even
 //! while a view is alive (the view then answers Closed); dropping every handle releases it too.
 //! And a view's `visit` that lends from sled's live tree while a write lands. Everything else is
-//! the suite's (`tests/conformance.rs`).
+//! the suite's (`tests/conformance.rs`). And a store a crash left with an unfinished sled
+//! snapshot still opens.
 
 use bytes::Bytes;
 use rocklake_core::{Durability, Error, KeyRange, KvBackend, Order, ReadView, WriteBatch};
@@ -56,6 +57,31 @@ async fn close_releases_the_lock_even_with_a_view_alive() {
         store.get(b"\x01k").await.unwrap().as_deref(),
         Some(&b"v"[..])
     );
+}
+
+/// sled 0.34.7 reads the snapshot file whose name sorts last, and an unfinished one
+/// (`snap.<lsn>.generating`, left by a crash or power cut before sled renamed it) sorts after
+/// every finished one: without `rocklake-sled` removing it, this open failed as corrupt.
+#[tokio::test]
+async fn a_store_with_an_unfinished_snapshot_still_opens() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store");
+    let store = rocklake_sled::open(&path).await.expect("open");
+    let mut batch = WriteBatch::new();
+    batch.put(b"\x01k".to_vec(), b"v".to_vec());
+    store.write(batch, Durability::Durable).await.unwrap();
+    store.close().await.expect("close");
+    let unfinished = path.join("snap.FFFFFFFFFFFFFFFF.generating");
+    std::fs::write(&unfinished, b"").expect("an empty unfinished snapshot");
+    let again = rocklake_sled::open(&path)
+        .await
+        .expect("open with an unfinished snapshot left by a crash");
+    assert_eq!(
+        again.get(b"\x01k").await.unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    assert!(!unfinished.exists(), "the unfinished snapshot is removed");
+    again.close().await.expect("close");
 }
 
 /// A view's `visit` lends from the live tree while no write has touched the view, and must
