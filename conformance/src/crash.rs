@@ -108,6 +108,42 @@ pub const MODE_ENV: &str = "ROCKLAKE_CHILD_MODE";
 /// The row name a `hold` child gives its commits (`ROCKLAKE_CHILD_ROLE`).
 pub const ROLE_ENV: &str = "ROCKLAKE_CHILD_ROLE";
 
+/// The variable that names a file a crash child appends each acknowledgement line to before it
+/// prints it: the power-cut check's observer file ([`crate::cutfs::OBSERVED`]), whose writes
+/// reach the file system in order with the engine's own.
+pub const ACKS_ENV: &str = "ROCKLAKE_CHILD_ACKS";
+
+/// Report one acknowledgement line: to the [`ACKS_ENV`] file if set (one `write` each), then to
+/// stdout. A child that cannot write it has lost its disk (a power cut): it stops there.
+fn report(line: String) {
+    use std::io::Write;
+    static FILE: std::sync::OnceLock<Option<std::sync::Mutex<std::fs::File>>> =
+        std::sync::OnceLock::new();
+    let file = FILE.get_or_init(|| {
+        let path = std::env::var_os(ACKS_ENV)?;
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+        {
+            Ok(f) => Some(std::sync::Mutex::new(f)),
+            Err(e) => {
+                eprintln!("crash child: cannot open {}: {e}", path.to_string_lossy());
+                std::process::exit(5);
+            }
+        }
+    });
+    if let Some(f) = file {
+        let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+        if f.write_all(format!("{line}\n").as_bytes()).is_err() {
+            std::process::exit(5);
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 /// A child's main: the crash loop, or what [`MODE_ENV`] asks for.
 pub async fn child_main(backend: Arc<dyn KvBackend>) -> ! {
     if std::env::var(MODE_ENV).as_deref() == Ok("hold") {
@@ -206,7 +242,6 @@ pub async fn crash_main(backend: Arc<dyn KvBackend>) -> ! {
 /// Forever: delete a row this task inserted (with its companions), raise retain-from to the
 /// latest snapshot, GC, and PURGE the deleted key; print `DEL <id>` once the delete is durable.
 async fn maintain_loop(ks: Keyspace) -> ! {
-    use std::io::Write;
     let fail = |what: &str, e: rocklake_core::Error| -> ! {
         eprintln!("crash child: {what} failed: {e}");
         std::process::exit(4);
@@ -219,11 +254,7 @@ async fn maintain_loop(ks: Keyspace) -> ! {
                 Err(e) => fail("insert", e),
             }
         };
-        {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{ACK_DOOMED}{id}");
-            let _ = out.flush();
-        }
+        report(format!("{ACK_DOOMED}{id}"));
         loop {
             match delete_one(&ks, id).await {
                 Ok(()) => break,
@@ -231,11 +262,7 @@ async fn maintain_loop(ks: Keyspace) -> ! {
                 Err(e) => fail("delete", e),
             }
         }
-        {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{DELETED}{id}");
-            let _ = out.flush();
-        }
+        report(format!("{DELETED}{id}"));
         let maintained: rocklake_core::Result<()> = async {
             let latest = ks.current_snapshot().await?;
             ks.set_retain_from(latest).await?;
@@ -267,8 +294,6 @@ async fn delete_one(ks: &Keyspace, id: u64) -> Result<(), rocklake_core::Error> 
 }
 
 async fn commit_loop(cat: Keyspace) -> ! {
-    use std::io::Write;
-    let stdout = std::io::stdout();
     loop {
         // A commit refused only because another committer's later snapshot became visible
         // first is run again (see `Transaction`'s "Snapshot order").
@@ -280,11 +305,7 @@ async fn commit_loop(cat: Keyspace) -> ! {
             }
         };
         match r {
-            Ok(id) => {
-                let mut out = stdout.lock();
-                let _ = writeln!(out, "{ACK}{id}");
-                let _ = out.flush();
-            }
+            Ok(id) => report(format!("{ACK}{id}")),
             Err(e) => {
                 eprintln!("crash child: commit failed: {e}");
                 std::process::exit(4);
@@ -338,15 +359,15 @@ pub fn seed_from_env() -> Result<u64, String> {
 
 /// What the child printed: inserts and deletes it acknowledged.
 #[derive(Default)]
-struct Acks {
-    inserted: Vec<u64>,
+pub(crate) struct Acks {
+    pub(crate) inserted: Vec<u64>,
     /// Inserted by the maintaining task, which deletes them next.
-    doomed: Vec<u64>,
-    deleted: Vec<u64>,
+    pub(crate) doomed: Vec<u64>,
+    pub(crate) deleted: Vec<u64>,
 }
 
 impl Acks {
-    fn take(&mut self, line: &str) {
+    pub(crate) fn take(&mut self, line: &str) {
         if let Some(id) = line
             .strip_prefix(ACK_DOOMED)
             .and_then(|s| s.trim().parse().ok())
@@ -529,7 +550,7 @@ pub async fn open_retrying(
     }
 }
 
-async fn check_store(
+pub(crate) async fn check_store(
     backend: Arc<dyn KvBackend>,
     acked: &[u64],
     doomed: &BTreeSet<u64>,

@@ -29,8 +29,12 @@ use rocklake_core::error::{Error, Result};
 
 pub mod checks;
 pub mod crash;
+#[cfg(target_os = "linux")]
+pub mod cutfs;
 pub mod faulty;
 pub mod power;
+#[cfg(target_os = "linux")]
+pub mod power_cut;
 pub mod rows;
 
 pub use faulty::{FaultyBackend, FaultyHandle};
@@ -352,7 +356,7 @@ macro_rules! with_checks {
     ($callback:ident $($pre:tt)*) => {
         $crate::$callback!($($pre)* ;
             ordering, prefix_isolation, atomic_batches, faults_leave_nothing_half_written,
-            read_views, durability_across_reopen, crash_durability, two_processes, mvcc_visibility,
+            read_views, durability_across_reopen, crash_durability, power_cut, two_processes, mvcc_visibility,
             snapshot_order, commits_seen_once_durable, gc_keeps_what_readers_see, keystone_examples, keystone_refusals,
             keystone_delete_keeps_key, keystone_purge_waits_for_readers,
             keystone_eight_draws, keystone_concurrent_issue, keystone_never_reissued,

@@ -84,6 +84,59 @@ pub async fn crash_durability(t: &Target) -> CheckResult {
     )))
 }
 
+/// Acknowledged commits survive a power cut: the engine's files on a file system that keeps only
+/// what was synced ([`crate::power_cut`]).
+pub async fn power_cut(t: &Target) -> CheckResult {
+    if t.ephemeral || t.child.is_none() {
+        return Ok(Outcome::NotApplicable(format!(
+            "{}: no separate process can reach this store",
+            t.base
+        )));
+    }
+    #[cfg(target_os = "linux")]
+    {
+        if crate::power_cut::folder_url(t, std::path::Path::new("/x")).is_none() {
+            return Ok(Outcome::NotApplicable(format!(
+                "{}: not a folder; on object storage an acknowledged PUT is durable by the \
+                 store's contract, and a writer's end is the crash check's SIGKILL",
+                t.base
+            )));
+        }
+        let cuts = crate::power_cut::cuts_from_env(40);
+        if cuts == 0 || crate::cutfs::available().is_err() {
+            let why = match crate::cutfs::available() {
+                Err(e) => e,
+                Ok(()) => "0 power cuts asked for (ROCKLAKE_POWER_CUTS=0)".into(),
+            };
+            if std::env::var_os("CI").is_some() {
+                return Err(format!("{why}: CI must run them"));
+            }
+            return Ok(Outcome::NotApplicable(why));
+        }
+        let s = crate::power_cut::run_cuts(t, cuts).await?;
+        Ok(Outcome::Pass(format!(
+            "{} power cuts in {} runs on {} stores ({} torn, {} before the run's first \
+             acknowledgement): \
+             {} acknowledged inserts required across the images ({} acknowledged), all present, \
+             none half there, no delete undone, marks never went back; last image {} bytes; \
+             seed {} (ROCKLAKE_POWER_CUT_SEED)",
+            s.cuts,
+            s.runs,
+            s.stores,
+            s.torn,
+            s.before_first_ack,
+            s.required,
+            s.acknowledged,
+            s.bytes,
+            s.seed
+        )))
+    }
+    #[cfg(not(target_os = "linux"))]
+    Ok(Outcome::NotApplicable(
+        "the power-loss layer is a FUSE file system: Linux only".into(),
+    ))
+}
+
 /// Two writers on one catalog: exactly one commits afterwards; the fenced one's commits are
 /// refused and nothing of them is visible after reopen.
 pub async fn fencing(t: &Target) -> CheckResult {
