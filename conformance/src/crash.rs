@@ -39,6 +39,23 @@ pub const ACK_DOOMED: &str = "ACKD ";
 /// Prefix of the line a child prints after each acknowledged (durable) delete.
 pub const DELETED: &str = "DEL ";
 
+/// The line a child prints just before it opens the engine's store.
+pub const OPENING: &str = "OPENING";
+
+/// The line a child prints once the engine has opened the store (recovered it).
+pub const OPENED: &str = "OPENED";
+
+/// The line a child prints once the key space is open on the store, before its first commit.
+pub const READY: &str = "READY";
+
+/// Print one of the child's phase markers ([`OPENING`], [`OPENED`], [`READY`]) on stdout.
+pub fn mark(marker: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{marker}");
+    let _ = out.flush();
+}
+
 /// Committers the child runs at once, so that kills also land while commits share a flush
 /// (group commit).
 pub const COMMITTERS: usize = 4;
@@ -92,8 +109,12 @@ pub fn run_child_test(make: impl FnOnce() -> Option<Target>) {
     // line, so that every line of the protocol starts with its word.
     println!();
     runtime.block_on(async move {
+        mark(OPENING);
         match target.open(&url).await {
-            Ok(backend) => child_main(backend).await,
+            Ok(backend) => {
+                mark(OPENED);
+                child_main(backend).await
+            }
             Err(e) => {
                 eprintln!("crash child: cannot open {url}: {e}");
                 std::process::exit(3);
@@ -230,6 +251,7 @@ pub async fn crash_main(backend: Arc<dyn KvBackend>) -> ! {
             std::process::exit(3);
         }
     };
+    mark(READY);
     for _ in 1..COMMITTERS {
         let cat = cat.clone();
         tokio::spawn(async move { commit_loop(cat).await });
@@ -341,6 +363,11 @@ pub struct CrashSummary {
     /// Rounds whose kill came before the child acknowledged anything (while it opened the
     /// store and recovered).
     pub during_open: usize,
+    /// Of those, kills after the child's [`OPENING`] and before its [`OPENED`]: inside the
+    /// engine's open and recovery.
+    pub in_engine_open: usize,
+    /// Kills after [`OPENED`] and before [`READY`]: inside the key space's open.
+    pub in_keyspace_open: usize,
     /// Table rows found after the last round.
     pub rows: usize,
     /// The seed of the kill timing.
@@ -354,6 +381,35 @@ pub fn seed_from_env() -> Result<u64, String> {
             .parse()
             .map_err(|_| format!("ROCKLAKE_CRASH_SEED={v:?} is not a whole number")),
         Err(_) => Ok(rand::random::<u32>() as u64),
+    }
+}
+
+/// The child's phase markers, as its lines arrive.
+#[derive(Default)]
+struct Phase {
+    /// The last marker seen.
+    last: Option<&'static str>,
+    opening_at: Option<tokio::time::Instant>,
+    ready_at: Option<tokio::time::Instant>,
+}
+
+impl Phase {
+    fn take(&mut self, line: &str) {
+        let now = tokio::time::Instant::now();
+        for marker in [OPENING, OPENED, READY] {
+            if line.trim() == marker {
+                self.last = Some(marker);
+                match marker {
+                    OPENING => self.opening_at = Some(now),
+                    READY => self.ready_at = Some(now),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn open_took(&self) -> Option<Duration> {
+        Some(self.ready_at?.duration_since(self.opening_at?))
     }
 }
 
@@ -411,6 +467,8 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
     let mut doomed: BTreeSet<u64> = BTreeSet::new();
     let mut last_mark = 1u64;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // How long the child's opening (OPENING to READY) took, as last measured.
+    let mut open_took = Duration::from_millis(50);
     for round in 0..rounds {
         let fail = |e: String| {
             format!("round {round} (seed {seed}, replay with ROCKLAKE_CRASH_SEED={seed}): {e}")
@@ -426,17 +484,42 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
         let stdout = proc.stdout.take().ok_or("no stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let mut acks = Acks::default();
+        let mut phase = Phase::default();
         // One round in five kills the child while it opens the store (recovering what the last
-        // kill left); the others wait for its first acknowledgement, then a random while.
+        // kill left): at a random moment between its OPENING marker and the time its opening
+        // took in the last round that finished it. The others wait for its first
+        // acknowledgement, then a random while.
         if rng.random_range(0..5) == 0 {
-            let early =
-                tokio::time::Instant::now() + Duration::from_millis(rng.random_range(0..40));
+            let opening = tokio::time::timeout(Duration::from_secs(60), async {
+                while let Some(line) = lines.next_line().await.ok().flatten() {
+                    phase.take(&line);
+                    acks.take(&line);
+                    if phase.opening_at.is_some() {
+                        return true;
+                    }
+                }
+                false
+            })
+            .await;
+            if opening != Ok(true) {
+                let _ = proc.start_kill();
+                let out = proc.wait_with_output().await.map_err(|e| e.to_string())?;
+                return Err(fail(format!(
+                    "the child never said it was opening the store ({}); its stderr: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            let early = tokio::time::Instant::now()
+                + Duration::from_micros(rng.random_range(0..=open_took.as_micros() as u64));
             while let Ok(Ok(Some(line))) = tokio::time::timeout_at(early, lines.next_line()).await {
+                phase.take(&line);
                 acks.take(&line);
             }
         } else {
             let first = tokio::time::timeout(Duration::from_secs(60), async {
                 while let Some(line) = lines.next_line().await.ok().flatten() {
+                    phase.take(&line);
                     acks.take(&line);
                     if !acks.inserted.is_empty() {
                         return true;
@@ -454,6 +537,9 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
                     String::from_utf8_lossy(&out.stderr).trim()
                 )));
             }
+            if let Some(took) = phase.open_took() {
+                open_took = took;
+            }
             let deadline =
                 tokio::time::Instant::now() + Duration::from_millis(rng.random_range(0..120));
             while let Ok(Ok(Some(line))) =
@@ -465,6 +551,7 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
         proc.start_kill().map_err(|e| fail(format!("kill: {e}")))?;
         // Lines already written before the kill are acknowledgements too.
         while let Ok(Some(line)) = lines.next_line().await {
+            phase.take(&line);
             acks.take(&line);
         }
         let out = proc
@@ -480,6 +567,11 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
         }
         if acks.inserted.is_empty() && acks.deleted.is_empty() {
             summary.during_open += 1;
+            match phase.last {
+                Some(OPENING) => summary.in_engine_open += 1,
+                Some(OPENED) => summary.in_keyspace_open += 1,
+                _ => {}
+            }
         }
         summary.acknowledged += acks.inserted.len();
         summary.deleted += acks.deleted.len();
@@ -567,18 +659,28 @@ pub(crate) async fn check_store(
         .await
         .map_err(|e| e.to_string())?;
     for id in acked {
-        let want_live = !deleted.contains(id);
+        if deleted.contains(id) {
+            // Its acknowledged delete is checked below (and PURGE may have unbound it).
+            continue;
+        }
         match bound.get(id) {
-            None if want_live && !doomed.contains(id) => {
+            None if doomed.contains(id) => {
+                return Err(format!(
+                    "acknowledged insert of id {id} (the maintaining task's, its delete in \
+                     flight at the crash) is missing after the crash: a delete leaves the key \
+                     bound until a PURGE, which comes only after the delete is acknowledged"
+                ))
+            }
+            None => {
                 return Err(format!(
                     "acknowledged insert of id {id} is missing after the crash"
                 ))
             }
             // Only the maintaining task deletes, only what it inserted (acknowledged as
             // `ACKD`), and its delete in flight at the kill may have landed.
-            None | Some(false) if want_live && !doomed.contains(id) => {
+            Some(false) if !doomed.contains(id) => {
                 return Err(format!(
-                    "id {id} is gone or deleted after the crash, but nothing deleted it"
+                    "id {id} is deleted after the crash, but nothing deleted it"
                 ))
             }
             _ => {}

@@ -76,11 +76,18 @@ pub async fn crash_durability(t: &Target) -> CheckResult {
     }
     let s = crash::run_rounds(t, t.crash_rounds).await?;
     Ok(Outcome::Pass(format!(
-        "{} SIGKILL rounds ({} killed before their first acknowledgement: opening, recovering or \
-         in their first commit), {} acknowledged \
+        "{} SIGKILL rounds ({} killed before their first acknowledgement: {} inside the \
+         engine's open and recovery, {} inside the key space's open), {} acknowledged \
          inserts and {} deletes all present, {} ids seen, none issued twice, no half batch, no \
          orphan row, marks never went back; seed {} (ROCKLAKE_CRASH_SEED)",
-        s.rounds, s.during_open, s.acknowledged, s.deleted, s.rows, s.seed
+        s.rounds,
+        s.during_open,
+        s.in_engine_open,
+        s.in_keyspace_open,
+        s.acknowledged,
+        s.deleted,
+        s.rows,
+        s.seed
     )))
 }
 

@@ -155,6 +155,8 @@ async fn qualify_with(crash_rounds: usize, json: bool) -> Result<ExitCode, Error
 
 /// `rocklake crash-child URL`: the writer the crash check kills.
 pub async fn crash_child(url: &str) -> Result<ExitCode, Error> {
+    conformance::crash::mark(conformance::crash::OPENING);
     let backend = open_for_suite(url).await?;
+    conformance::crash::mark(conformance::crash::OPENED);
     conformance::crash::child_main(backend).await
 }
