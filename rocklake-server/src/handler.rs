@@ -140,7 +140,10 @@ fn status_of(s: Status) -> TransactionStatus {
 
 fn error_info(e: &SqlError) -> ErrorInfo {
     let mut info = ErrorInfo::new("ERROR".into(), e.code.to_string(), e.message.clone());
+    // PostgreSQL (9.6 on) sends the severity twice: `S` may be translated, `V` never is.
+    info.severity_nonlocalized = Some("ERROR".into());
     info.detail = e.detail.clone();
+    info.hint = e.hint.clone();
     info
 }
 
@@ -166,10 +169,11 @@ fn row_description(schema: &SchemaRef, binary: bool) -> RowDescription {
             .iter()
             .map(|f| {
                 let (t, typmod) = column_type(f);
+                let (table, column) = rocklake_sql::pg_types::origin_of(f);
                 FieldDescription::new(
                     f.name().clone(),
-                    0,
-                    0,
+                    table,
+                    column,
                     t.oid,
                     t.len,
                     typmod,
@@ -192,10 +196,11 @@ fn field_infos_as(schema: &SchemaRef, format: &Format) -> Vec<FieldInfo> {
         .enumerate()
         .map(|(i, f)| {
             let (t, typmod) = column_type(f);
+            let (table, column) = rocklake_sql::pg_types::origin_of(f);
             FieldInfo::new(
                 f.name().clone(),
-                None,
-                None,
+                (table != 0).then_some(table),
+                (column != 0).then_some(column),
                 Type::from_oid(t.oid).unwrap_or(Type::TEXT),
                 if is_binary(format, i) {
                     FieldFormat::Binary

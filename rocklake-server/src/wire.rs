@@ -693,11 +693,11 @@ pub fn decode_copy_csv(
                     return Err(SqlError::new(
                         "22P04",
                         format!(
-                            "unquoted {what} found in data (COPY row {}); a line break inside \
-                             a value must be quoted",
+                            "unquoted {what} found in data (COPY row {})",
                             records.len() + 1
                         ),
-                    ));
+                    )
+                    .with_hint(format!("Use quoted CSV field to represent {what}.")));
                 }
             }
             record.push((std::mem::take(&mut field), quoted));

@@ -17,6 +17,8 @@ pub struct SqlError {
     pub message: String,
     /// PostgreSQL's DETAIL line, when it has one (`Key (snapshot_id)=(5) already exists.`).
     pub detail: Option<String>,
+    /// PostgreSQL's HINT line, when it has one (what to do instead).
+    pub hint: Option<String>,
 }
 
 impl fmt::Display for SqlError {
@@ -98,12 +100,19 @@ impl SqlError {
             code,
             message: message.into(),
             detail: None,
+            hint: None,
         }
     }
 
     /// The same error with a DETAIL line.
     pub fn with_detail(mut self, detail: impl Into<String>) -> SqlError {
         self.detail = Some(detail.into());
+        self
+    }
+
+    /// The same error with a HINT line.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> SqlError {
+        self.hint = Some(hint.into());
         self
     }
 

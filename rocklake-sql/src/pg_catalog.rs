@@ -26,8 +26,7 @@ pub const PG_CATALOG_OID: i64 = 11;
 pub const PUBLIC_OID: i64 = 2200;
 /// The oid of `information_schema`.
 pub const INFORMATION_SCHEMA_OID: i64 = 13_000;
-/// Oids of user objects start here, as in PostgreSQL.
-const FIRST_USER_OID: i64 = 16_384;
+use crate::pg_types::FIRST_USER_OID;
 
 /// A schema's oid.
 pub fn namespace_oid(name: &str, relation_id: u64) -> i64 {
@@ -41,7 +40,7 @@ pub fn namespace_oid(name: &str, relation_id: u64) -> i64 {
 
 /// A table's oid (its primary-key index takes the next one).
 pub fn table_oid(rel: &RelDef) -> i64 {
-    FIRST_USER_OID + 2 * rel.id as i64
+    rel.table_oid()
 }
 
 /// The tables of `pg_catalog` this server answers.

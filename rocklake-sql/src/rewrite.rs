@@ -473,8 +473,7 @@ fn array_sql_type(elem: Elem) -> datafusion::sql::sqlparser::ast::DataType {
 /// element is checked and written in its canonical form.
 fn array_expr(text: &str, elem: Elem) -> Result<Expr> {
     use datafusion::sql::sqlparser::ast::{Array, CastKind, Value as SqlValue};
-    let items = crate::types::parse_array_literal(text)
-        .map_err(|m| SqlError::new(state::INVALID_TEXT, m))?;
+    let items = crate::types::parse_array_literal(text)?;
     // Each element is checked here, so that a bad one is refused with PostgreSQL's error
     // rather than DataFusion's.
     crate::types::check_elements(&items, elem)?;

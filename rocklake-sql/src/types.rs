@@ -565,17 +565,35 @@ pub fn array_literal(items: &[Option<String>]) -> String {
 }
 
 /// The elements of PostgreSQL's array text form (`{1, 2,NULL}`, `{"a,b",c\"d}`); `None` is a
-/// NULL element. Only one-dimensional arrays are read; an error says what is wrong.
-pub fn parse_array_literal(s: &str) -> std::result::Result<Vec<Option<String>>, String> {
-    let malformed = |why: &str| format!("malformed array literal: \"{s}\" ({why})");
+/// NULL element. Only one-dimensional arrays are read. Malformed text is PostgreSQL's `22P02`
+/// `malformed array literal`, with PostgreSQL's DETAIL where it has one.
+pub fn parse_array_literal(s: &str) -> std::result::Result<Vec<Option<String>>, SqlError> {
+    let malformed = |detail: &str| {
+        SqlError::new(
+            state::INVALID_TEXT,
+            format!("malformed array literal: \"{s}\""),
+        )
+        .with_detail(detail)
+    };
+    let unexpected = |c: char| malformed(&format!("Unexpected \"{c}\" character."));
+    let end = || malformed("Unexpected end of input.");
     let t = s.trim();
     if t.starts_with('[') {
-        return Err(malformed("explicit array bounds are not supported"));
+        return Err(SqlError::new(
+            state::INVALID_TEXT,
+            format!("malformed array literal: \"{s}\" (explicit array bounds are not supported)"),
+        ));
     }
-    let body = t
-        .strip_prefix('{')
-        .and_then(|b| b.strip_suffix('}'))
-        .ok_or_else(|| malformed("array value must start with \"{\" and end with \"}\""))?;
+    let Some(inner) = t.strip_prefix('{') else {
+        return Err(malformed(
+            "Array value must start with \"{\" or dimension information.",
+        ));
+    };
+    let body = match inner.strip_suffix('}') {
+        Some(body) => body,
+        None if inner.contains('}') => return Err(malformed("Junk after closing right brace.")),
+        None => return Err(end()),
+    };
     let mut items = Vec::new();
     if body.trim().is_empty() {
         return Ok(items);
@@ -594,13 +612,9 @@ pub fn parse_array_literal(s: &str) -> std::result::Result<Vec<Option<String>>, 
                 quoted = true;
                 loop {
                     match chars.next() {
-                        None => return Err(malformed("unterminated quoted element")),
+                        None => return Err(end()),
                         Some('"') => break,
-                        Some('\\') => item.push(
-                            chars
-                                .next()
-                                .ok_or_else(|| malformed("unexpected end of input"))?,
-                        ),
+                        Some('\\') => item.push(chars.next().ok_or_else(end)?),
                         Some(c) => item.push(c),
                     }
                 }
@@ -608,19 +622,24 @@ pub fn parse_array_literal(s: &str) -> std::result::Result<Vec<Option<String>>, 
                     chars.next();
                 }
             }
-            Some('{') => return Err(malformed("multidimensional arrays are not supported")),
+            Some('{') if items.is_empty() => {
+                return Err(SqlError::new(
+                    state::INVALID_TEXT,
+                    format!(
+                        "malformed array literal: \"{s}\" (multidimensional arrays are not \
+                         supported)"
+                    ),
+                ))
+            }
+            Some('{') => return Err(unexpected('{')),
             _ => {
                 while let Some(&c) = chars.peek() {
                     match c {
                         ',' => break,
-                        '{' | '}' | '"' => return Err(malformed("unexpected character")),
+                        '{' | '}' | '"' => return Err(unexpected(c)),
                         '\\' => {
                             chars.next();
-                            item.push(
-                                chars
-                                    .next()
-                                    .ok_or_else(|| malformed("unexpected end of input"))?,
-                            );
+                            item.push(chars.next().ok_or_else(end)?);
                             trailing_ws = 0;
                             continue;
                         }
@@ -632,7 +651,8 @@ pub fn parse_array_literal(s: &str) -> std::result::Result<Vec<Option<String>>, 
                 }
                 item.truncate(item.len() - trailing_ws);
                 if item.is_empty() {
-                    return Err(malformed("empty element"));
+                    // What came where an element should be: a delimiter, or the closing brace.
+                    return Err(unexpected(if chars.peek().is_some() { ',' } else { '}' }));
                 }
             }
         }
@@ -644,7 +664,7 @@ pub fn parse_array_literal(s: &str) -> std::result::Result<Vec<Option<String>>, 
         match chars.next() {
             None => return Ok(items),
             Some(',') => continue,
-            Some(_) => return Err(malformed("junk after a quoted element")),
+            Some(_) => return Err(malformed("Incorrectly quoted array element.")),
         }
     }
 }
@@ -663,8 +683,9 @@ fn list_from_texts<'a>(
         match t {
             None => valid.push(false),
             Some(t) => {
-                let parsed = parse_array_literal(t).map_err(|m| {
-                    SqlError::new(state::INVALID_TEXT, format!("{m} (column \"{column}\")"))
+                let parsed = parse_array_literal(t).map_err(|mut e| {
+                    e.message = format!("{} (column \"{column}\")", e.message);
+                    e
                 })?;
                 items.extend(parsed);
                 valid.push(true);

@@ -400,7 +400,7 @@ fn parse_timeout(text: &str, i: usize) -> Result<Limit> {
             format!("invalid value for parameter \"{setting}\": \"{text}\""),
         );
         match hint {
-            Some(h) => e.with_detail(h.to_string()),
+            Some(h) => e.with_hint(h.to_string()),
             None => e,
         }
     };

@@ -152,7 +152,11 @@ fn array_text_is_read_and_written_as_postgresql_does() {
         "[1:2]={1,2}",
     ] {
         let e = parse_array_literal(bad).unwrap_err();
-        assert!(e.starts_with("malformed array literal"), "{bad}: {e}");
+        assert!(
+            e.message.starts_with("malformed array literal"),
+            "{bad}: {e}"
+        );
+        assert_eq!(e.code, "22P02", "{bad}");
     }
     let items = ["1", "a b", "", "NULL", "q\"x", "b\\s", "{}"].map(|s| Some(s.to_string()));
     let mut items = items.to_vec();
