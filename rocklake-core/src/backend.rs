@@ -439,6 +439,13 @@ pub trait KvBackend: ReadView + fmt::Debug {
 
     /// Flush and release the store.
     async fn close(&self) -> Result<()>;
+
+    /// Make the engine write what it holds in memory into its files and merge them, where it
+    /// can be asked to (a forced compaction), so that checks can compare contents across one.
+    /// Contents never change. `Ok(false)`: there is nothing this engine can be made to do.
+    async fn compact(&self) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// Pages through a range of any [`ReadView`], `page` pairs at a time, resuming after the last

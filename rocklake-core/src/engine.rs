@@ -67,6 +67,11 @@ pub trait Engine: ReadView + fmt::Debug + 'static {
 
     /// Make every applied batch durable and release the store.
     async fn close(&self) -> Result<()>;
+
+    /// A forced compaction (see [`KvBackend::compact`]); `Ok(false)` where there is none.
+    async fn compact(&self) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// A [`KvBackend`] over an [`Engine`]: preconditions, group commit, views and close, once for
@@ -241,5 +246,10 @@ impl<E: Engine> KvBackend for EngineBackend<E> {
                 "the last sync before close failed; closing the engine anyway");
         }
         self.engine.close().await
+    }
+
+    async fn compact(&self) -> Result<bool> {
+        self.check_open()?;
+        self.engine.compact().await
     }
 }

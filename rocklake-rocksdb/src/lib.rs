@@ -172,6 +172,15 @@ impl Store {
             .map_err(|e| error::map(e, format!("applying a batch of {} writes", ops.len()), None))
     }
 
+    /// Write the memtables out and compact every level over the whole key space.
+    fn compact_all(&self) -> Result<()> {
+        self.db
+            .flush()
+            .map_err(|e| error::map(e, "flushing the memtables", None))?;
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        Ok(())
+    }
+
     fn sync_wal(&self) -> Result<()> {
         self.db
             .flush_wal(true)
@@ -379,6 +388,12 @@ impl Engine for RocksEngine {
             return store.apply(&ops);
         }
         blocking::run(ENGINE, move || store.apply(&ops)).await
+    }
+
+    async fn compact(&self) -> Result<bool> {
+        let store = self.open_store()?;
+        blocking::run(ENGINE, move || store.compact_all()).await?;
+        Ok(true)
     }
 
     async fn sync(&self) -> Result<()> {

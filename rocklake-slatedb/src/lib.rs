@@ -552,6 +552,19 @@ impl Engine for SlateEngine {
             .map_err(|e| map_err("writing a batch", e))
     }
 
+    /// SlateDB can be made to write its memtable out as an L0 table, not to merge on demand:
+    /// its compactor merges L0 tables into sorted runs on its own schedule.
+    async fn compact(&self) -> Result<bool> {
+        self.check_open()?;
+        self.db
+            .flush_with_options(slatedb::config::FlushOptions {
+                flush_type: slatedb::config::FlushType::MemTable,
+            })
+            .await
+            .map_err(|e| map_err("writing the memtable out", e))?;
+        Ok(true)
+    }
+
     async fn sync(&self) -> Result<()> {
         self.check_open()?;
         if self.skip_sync.load(AtomicOrdering::SeqCst) {

@@ -450,9 +450,9 @@ pub async fn model_based(t: &Target) -> CheckResult {
         .copied()
         .chain((0..count).map(|i| base.wrapping_add(i)))
         .collect();
-    let (mut steps, mut bulk_bytes) = (0, 0);
+    let (mut steps, mut bulk_bytes, mut compacted) = (0, 0, 0);
     for seed in &seeds {
-        steps += model_run(t, *seed, persistent, &mut bulk_bytes)
+        steps += model_run(t, *seed, persistent, &mut bulk_bytes, &mut compacted)
             .await
             .map_err(|e| {
                 format!(
@@ -463,7 +463,8 @@ pub async fn model_based(t: &Target) -> CheckResult {
     }
     Ok(Outcome::Pass(format!(
         "{} seeds (ROCKLAKE_MODEL_SEED={base}, {count} from it, {} regression seeds), {steps} \
-         steps, {} KiB in bulk batches, reopens {}",
+         steps, {} KiB in bulk batches, reopens {}, compared again after a forced compaction \
+         in {compacted} of them{}",
         seeds.len(),
         REGRESSION_SEEDS.len(),
         bulk_bytes / 1024,
@@ -471,6 +472,11 @@ pub async fn model_based(t: &Target) -> CheckResult {
             "included"
         } else {
             "not possible"
+        },
+        if compacted == 0 {
+            " (the engine has none to force)"
+        } else {
+            ""
         }
     )))
 }
@@ -501,6 +507,7 @@ async fn model_run(
     seed: u64,
     persistent: bool,
     bulk_bytes: &mut usize,
+    compacted: &mut usize,
 ) -> Result<usize, String> {
     use proptest::strategy::{Strategy, ValueTree};
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -814,6 +821,24 @@ async fn model_run(
         if got != want {
             return Err(format!(
                 "step {i} ({op:?}): bound keys {got:?}, model {want:?}"
+            ));
+        }
+    }
+    // Once more after the engine was made to write out and merge what it holds (RocksDB:
+    // memtables flushed, every level compacted; SlateDB: the memtable written as an L0 table).
+    snaps.clear();
+    if cat.backend().compact().await.map_err(ctx("compact"))? {
+        *compacted += 1;
+        let rows = dump(cat.backend().as_ref()).await.map_err(ctx("dump"))?;
+        let raw: Model = rows.iter().filter(|(k, _)| k[0] == 0x20).cloned().collect();
+        if raw != model {
+            return Err("after a forced compaction: raw keys differ from the model".into());
+        }
+        let got = bound_ids(&rows, keystone::TABLE.code());
+        let want: BTreeSet<u64> = bound.keys().copied().collect();
+        if got != want {
+            return Err(format!(
+                "after a forced compaction: bound keys {got:?}, model {want:?}"
             ));
         }
     }
