@@ -169,11 +169,10 @@ fn row_description(schema: &SchemaRef, binary: bool) -> RowDescription {
             .iter()
             .map(|f| {
                 let (t, typmod) = column_type(f);
-                let (table, column) = rocklake_sql::pg_types::origin_of(f);
                 FieldDescription::new(
                     f.name().clone(),
-                    table,
-                    column,
+                    0,
+                    0,
                     t.oid,
                     t.len,
                     typmod,
@@ -196,11 +195,10 @@ fn field_infos_as(schema: &SchemaRef, format: &Format) -> Vec<FieldInfo> {
         .enumerate()
         .map(|(i, f)| {
             let (t, typmod) = column_type(f);
-            let (table, column) = rocklake_sql::pg_types::origin_of(f);
             FieldInfo::new(
                 f.name().clone(),
-                (table != 0).then_some(table),
-                (column != 0).then_some(column),
+                None,
+                None,
                 Type::from_oid(t.oid).unwrap_or(Type::TEXT),
                 if is_binary(format, i) {
                     FieldFormat::Binary

@@ -23,25 +23,6 @@ pub const PG_TYPMOD: &str = "rocklake.pg_typmod";
 /// The first oid of a user's relation, as in PostgreSQL (below it: the system's).
 pub const FIRST_USER_OID: i64 = 16_384;
 
-/// The Arrow field metadata key of the oid of the table a result column is read straight
-/// from (RowDescription's table oid; absent for a computed column).
-pub const PG_TABLE_OID: &str = "rocklake.pg_table_oid";
-
-/// The Arrow field metadata key of that column's number in its table (`attnum`, from 1).
-pub const PG_ATTNUM: &str = "rocklake.pg_attnum";
-
-/// The table oid and column number a result column came from, as RowDescription sends them:
-/// `(0, 0)` for a column no table column stands behind.
-pub fn origin_of(f: &Field) -> (i32, i16) {
-    let md = f.metadata();
-    let oid = md.get(PG_TABLE_OID).and_then(|v| v.parse().ok());
-    let num = md.get(PG_ATTNUM).and_then(|v| v.parse().ok());
-    match (oid, num) {
-        (Some(oid), Some(num)) => (oid, num),
-        _ => (0, 0),
-    }
-}
-
 /// One PostgreSQL type this server names: its name, oid and `typlen` (-1: variable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PgType {

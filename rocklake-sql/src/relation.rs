@@ -316,25 +316,17 @@ impl RelDef {
     /// The Arrow schema DataFusion sees: the declared columns, then `ctid` and the storage key
     /// when asked for.
     pub fn arrow_schema(&self, ctid: bool, key: bool) -> SchemaRef {
-        // Each declared column says where it comes from (RowDescription's table oid and
-        // attnum; DataFusion keeps a field's metadata for a plain column reference only).
-        let oid = self.table_oid().to_string();
         let mut fields: Vec<Field> = self
             .columns
             .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let f = crate::pg_types::field(
+            .map(|c| {
+                crate::pg_types::field(
                     &c.name,
                     c.ty.arrow(),
                     !c.not_null,
                     c.pg_type_name(),
                     crate::pg_types::sql_typmod(c.ty),
-                );
-                let mut md = f.metadata().clone();
-                md.insert(crate::pg_types::PG_TABLE_OID.into(), oid.clone());
-                md.insert(crate::pg_types::PG_ATTNUM.into(), (i + 1).to_string());
-                f.with_metadata(md)
+                )
             })
             .collect();
         if ctid {
