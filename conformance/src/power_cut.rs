@@ -25,7 +25,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
-use rocklake_core::{Keyspace, Result as CoreResult};
+use rocklake_core::Keyspace;
 
 use crate::crash::{self, Acks};
 use crate::cutfs::{self, CutImage, Mounted};
@@ -282,7 +282,8 @@ impl Chain {
                 ));
             }
         }
-        let backend = open(target, url)
+        let backend = target
+            .open(url)
             .await
             .map_err(|e| format!("the engine cannot open the image: {e}"))?;
         let mut deleted = self.deleted.clone();
@@ -311,11 +312,4 @@ impl Chain {
         }
         Ok(())
     }
-}
-
-async fn open(
-    target: &Target,
-    url: &str,
-) -> CoreResult<std::sync::Arc<dyn rocklake_core::backend::KvBackend>> {
-    target.open(url).await
 }
