@@ -222,6 +222,8 @@ struct State {
     observed_ino: Option<u64>,
     /// The request that first wrote to the observer file.
     first_observed: Option<u64>,
+    /// What each request that changes the disk did, one line each (for a failure's report).
+    trace: Vec<String>,
 }
 
 const ROOT: u64 = 1;
@@ -238,6 +240,7 @@ impl State {
             taken: Vec::new(),
             observed_ino: None,
             first_observed: None,
+            trace: Vec::new(),
         };
         s.nodes.insert(ROOT, Node::dir(0o755));
         for d in &from.dirs {
@@ -251,9 +254,16 @@ impl State {
                 *now = content.clone();
                 *synced = content.clone();
             }
-            s.add(parent, path.file_name().unwrap_or_default(), node);
+            let ino = s.add(parent, path.file_name().unwrap_or_default(), node);
+            s.note(|| format!("start {} ino {ino} len {}", path.display(), content.len()));
         }
         s
+    }
+
+    /// Note what request `self.requests` did.
+    fn note(&mut self, what: impl FnOnce() -> String) {
+        let line = format!("{} {}", self.requests, what());
+        self.trace.push(line);
     }
 
     fn resolve_parent(&self, path: &Path) -> u64 {
@@ -500,6 +510,7 @@ impl Filesystem for CutFs {
                 synced.set_len(len);
                 unsynced.retain(|(o, _)| *o < len);
                 n.mtime = SystemTime::now();
+                s.note(|| format!("truncate ino {} to {len}", ino.0));
             }
             s.attr(ino.0)
         });
@@ -539,6 +550,7 @@ impl Filesystem for CutFs {
             }
             s.entries_mut(parent.0)?.remove(name);
             s.unlink_node(ino);
+            s.note(|| format!("unlink {} ino {ino}", name.to_string_lossy()));
             Ok(())
         });
         match r {
@@ -597,6 +609,13 @@ impl Filesystem for CutFs {
             }
             s.entries_mut(parent.0)?.remove(name);
             s.entries_mut(newparent.0)?.insert(newname.to_owned(), ino);
+            s.note(|| {
+                format!(
+                    "rename {} -> {} ino {ino} (replacing {replaced:?})",
+                    name.to_string_lossy(),
+                    newname.to_string_lossy()
+                )
+            });
             Ok(())
         });
         match r {
@@ -624,6 +643,7 @@ impl Filesystem for CutFs {
             n.nlink += 1;
             s.entries_mut(newparent.0)?
                 .insert(newname.to_owned(), ino.0);
+            s.note(|| format!("link {} ino {}", newname.to_string_lossy(), ino.0));
             s.attr(ino.0)
         });
         match r {
@@ -646,6 +666,7 @@ impl Filesystem for CutFs {
                     synced.set_len(0);
                     unsynced.clear();
                 }
+                s.note(|| format!("open O_TRUNC ino {}", ino.0));
             }
             Ok(())
         });
@@ -674,6 +695,7 @@ impl Filesystem for CutFs {
             }
             s.entries_mut(parent.0)?;
             let ino = s.add(parent.0, name, Node::file(perm_of(mode)));
+            s.note(|| format!("create {} ino {ino}", name.to_string_lossy()));
             if parent.0 == ROOT && name == OBSERVED {
                 s.observed_ino = Some(ino);
             }
@@ -732,6 +754,7 @@ impl Filesystem for CutFs {
             now.write(offset, data);
             unsynced.push((offset, data.len() as u64));
             n.mtime = SystemTime::now();
+            s.note(|| format!("write ino {} at {offset} len {}", ino.0, data.len()));
             Ok(data.len() as u32)
         });
         match r {
@@ -773,6 +796,8 @@ impl Filesystem for CutFs {
             {
                 *synced = now.clone();
                 unsynced.clear();
+                let len = now.len();
+                s.note(|| format!("fsync ino {} len {len}", ino.0));
             }
             Ok(())
         });
@@ -925,6 +950,12 @@ impl Mounted {
     /// The number of the request that first wrote to the [`OBSERVED`] file, if any did.
     pub fn first_observed_request(&self) -> Option<u64> {
         self.lock().first_observed
+    }
+
+    /// What each request that changed the disk did so far, one line each (request number
+    /// first): for the report of a failed check.
+    pub fn trace(&self) -> Vec<String> {
+        self.lock().trace.clone()
     }
 
     /// Cut the power: the image now, and every later request fails with `EIO`.

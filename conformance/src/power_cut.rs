@@ -175,6 +175,7 @@ pub async fn run_cuts(target: &Target, cuts: usize) -> Result<PowerCutSummary, S
         if let Some(n) = mounted.first_observed_request() {
             open_requests = n.max(2);
         }
+        let trace = mounted.trace();
         let _ = proc.start_kill();
         let out = proc
             .wait_with_output()
@@ -186,10 +187,7 @@ pub async fn run_cuts(target: &Target, cuts: usize) -> Result<PowerCutSummary, S
         let last = images.len() - 1;
         let mut acked_in_run = 0;
         for (i, cut) in images.iter().enumerate() {
-            let mut acks = Acks::default();
-            for line in String::from_utf8_lossy(&cut.observed).lines() {
-                acks.take(line);
-            }
+            let acks = acks_of(&cut.observed);
             if acks.inserted.is_empty() && acks.deleted.is_empty() {
                 summary.before_first_ack += 1;
             }
@@ -202,9 +200,10 @@ pub async fn run_cuts(target: &Target, cuts: usize) -> Result<PowerCutSummary, S
                 .check(target, &url_at(&check_dir.join("store"))?, &acks, i == last)
                 .await;
             checked.map_err(|e| {
+                let kept = keep_failed_run(&image, &images, i, &trace);
                 fail(format!(
                     "cut {i} of {} ({}, after {} requests; {} acknowledged inserts and {} deletes \
-                     before it): {e}; the child's stderr: {}",
+                     before it): {e}{kept}; the child's stderr: {}",
                     images.len(),
                     if cut.torn {
                         "torn: part of the unsynced writes kept"
@@ -233,6 +232,60 @@ pub async fn run_cuts(target: &Target, cuts: usize) -> Result<PowerCutSummary, S
         summary.runs += 1;
     }
     Ok(summary)
+}
+
+/// The acknowledgements in the observer file's content at a cut: its complete lines only.
+/// The kernel splits a write that crosses a page boundary into two requests, and a cut may
+/// fall between them: `ACK 1183` cut after `ACK 118` acknowledges nothing yet (read as a
+/// line it would acknowledge id 118, issued long before).
+fn acks_of(observed: &[u8]) -> Acks {
+    let complete = match observed.iter().rposition(|&b| b == b'\n') {
+        Some(end) => &observed[..end],
+        None => &[],
+    };
+    let mut acks = Acks::default();
+    for line in String::from_utf8_lossy(complete).lines() {
+        acks.take(line);
+    }
+    acks
+}
+
+/// With `ROCKLAKE_POWER_CUT_KEEP` set to a folder: write there what a failed run leaves to
+/// study (`start`, the image the run began from; `cut-NN` and `cut-NN.acks`, each image of the
+/// run and the acknowledgements before it; `trace`, every request that changed the disk), and
+/// say so in the report.
+fn keep_failed_run(
+    start: &CutImage,
+    images: &[CutImage],
+    failed: usize,
+    trace: &[String],
+) -> String {
+    let Some(dir) = std::env::var_os("ROCKLAKE_POWER_CUT_KEEP") else {
+        return " (ROCKLAKE_POWER_CUT_KEEP=<folder> keeps the run's images)".into();
+    };
+    let dir = Path::new(&dir);
+    let kept: std::io::Result<()> = (|| {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        start.write_folder(&dir.join("start"))?;
+        for (i, cut) in images.iter().enumerate() {
+            cut.write_folder(&dir.join(format!("cut-{i:02}")))?;
+            std::fs::write(dir.join(format!("cut-{i:02}.acks")), &cut.observed)?;
+        }
+        std::fs::write(dir.join("trace"), trace.join("\n"))?;
+        Ok(())
+    })();
+    match kept {
+        Ok(()) => format!(
+            " (the run's images are in {}, cut-{failed:02} failed)",
+            dir.display()
+        ),
+        Err(e) => format!(
+            " (keeping the run's images in {} failed: {e})",
+            dir.display()
+        ),
+    }
 }
 
 /// The first image of a store: initialised on a plain folder, like the crash check's.
@@ -311,5 +364,20 @@ impl Chain {
             self.mark = mark;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::acks_of;
+
+    #[test]
+    fn a_line_cut_in_two_acknowledges_nothing() {
+        let acks = acks_of(b"ACK 7\nACKD 8\nDEL 8\nACK 118");
+        assert_eq!(acks.inserted, vec![7, 8]);
+        assert_eq!(acks.deleted, vec![8]);
+        assert!(acks_of(b"DEL 108").deleted.is_empty());
+        assert!(acks_of(b"").inserted.is_empty());
+        assert_eq!(acks_of(b"ACK 1183\n").inserted, vec![1183]);
     }
 }
