@@ -968,9 +968,17 @@ impl Mounted {
 
     /// Unmount (waits for the session's thread).
     pub fn unmount(mut self) -> std::io::Result<()> {
-        match self.session.take() {
-            Some(s) => s.umount_and_join(),
-            None => Ok(()),
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        match session.umount_and_join() {
+            // The kernel may end the connection as aborted when it unmounts with a request
+            // still queued (the killed child's last): the session thread then ends with
+            // `ECONNABORTED`. Every image was taken before; the mount is gone.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) && !is_mount_point(&self.at) => {
+                Ok(())
+            }
+            other => other,
         }
     }
 }
@@ -981,6 +989,18 @@ impl Drop for Mounted {
             let _ = s.umount_and_join();
         }
     }
+}
+
+/// Whether `path` is a mount point now (by `/proc/self/mountinfo`; `true` when that cannot
+/// be read, so that a caller assumes the worst).
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return true;
+    };
+    let wanted = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| Path::new(m) == wanted)
 }
 
 /// Whether this process can mount a [`CutFs`]: `/dev/fuse` is there and the process may open it.
