@@ -292,11 +292,10 @@ fn encode(buf: &mut BytesMut, array: &dyn Array, row: usize, ty: PgType) -> Resu
             }
             _ => return Err(cannot()),
         },
-        "timestamp" | "timestamptz" => match array.data_type() {
-            DataType::Timestamp(TimeUnit::Microsecond, _) => buf.put_i64(timestamp_send(
-                array.as_primitive::<TimestampMicrosecondType>().value(row),
-            )),
-            _ => return Err(cannot()),
+        // Of any unit: a cast such as `'...'::timestamp` gives DataFusion's nanoseconds.
+        "timestamp" | "timestamptz" => match rocklake_sql::types::timestamp_micros(array, row) {
+            Some(micros) => buf.put_i64(timestamp_send(micros)),
+            None => return Err(cannot()),
         },
         "numeric" => match array.data_type() {
             DataType::Decimal128(_, scale) => {

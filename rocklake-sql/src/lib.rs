@@ -50,6 +50,7 @@ pub mod txn;
 // What DataFusion plans over: table providers, `pg_catalog`, PostgreSQL's functions, and
 // what stops a running plan.
 mod functions;
+mod infinite;
 pub mod interrupt;
 pub mod pg_catalog;
 pub mod provider;

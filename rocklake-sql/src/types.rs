@@ -42,7 +42,7 @@ use crate::temporal::{Interval, TimeTz};
 mod build;
 mod output;
 pub use build::ColumnBuilder;
-pub use output::{pg_text, str_value};
+pub use output::{pg_text, str_value, timestamp_micros};
 
 /// An Arrow interval as PostgreSQL's three fields (nanoseconds truncated to microseconds).
 pub fn interval_of(v: IntervalMonthDayNano) -> Interval {
@@ -878,7 +878,7 @@ mod tests;
 
 /// `Some(true)` for PostgreSQL's `infinity`, `Some(false)` for `-infinity` (any case, spaces
 /// around), as date and timestamp input reads them; `None` for any other text.
-fn infinity_sign(s: &str) -> Option<bool> {
+pub(crate) fn infinity_sign(s: &str) -> Option<bool> {
     let s = s.trim();
     if s.eq_ignore_ascii_case("infinity") {
         Some(true)

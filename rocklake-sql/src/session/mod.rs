@@ -248,6 +248,9 @@ impl Session {
         // integer past i64, stays every digit instead of becoming a double).
         opts.sql_parser.parse_float_as_decimal = true;
         opts.sql_parser.dialect = "PostgreSQL".parse().unwrap_or_default();
+        // `timestamptz` in a cast is a zoned timestamp, in the session's zone (UTC), as the
+        // columns of that type are (without it DataFusion makes it a timestamp without one).
+        opts.execution.time_zone = Some("+00:00".into());
         // Every session's statements reserve from the database's one memory pool, under the
         // bound of one statement.
         let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
@@ -271,6 +274,8 @@ impl Session {
             }),
         ));
         register_pg_functions(&ctx, &shared);
+        // After type coercion, which puts in the casts it replaces.
+        ctx.add_analyzer_rule(Arc::new(crate::infinite::InfiniteLiterals));
         ctx.register_catalog(
             "rocklake",
             Arc::new(RockCatalog {

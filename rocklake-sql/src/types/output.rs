@@ -12,10 +12,7 @@ use super::{array_literal, float_text, interval_of};
 /// (the session's time zone is UTC), dates and times in ISO form. What a client reading text
 /// results sees, so that results can be held to PostgreSQL's.
 pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
-    use datafusion::arrow::datatypes::{
-        Float32Type, Float64Type, IntervalMonthDayNanoType, TimestampMicrosecondType,
-        TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
-    };
+    use datafusion::arrow::datatypes::{Float32Type, Float64Type, IntervalMonthDayNanoType};
     if array.is_null(row) || array.data_type() == &DataType::Null {
         return None;
     }
@@ -84,22 +81,8 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
                 "-infinity".to_string()
             }
         }
-        DataType::Timestamp(unit, tz) => {
-            let micros = match unit {
-                TimeUnit::Second => {
-                    array.as_primitive::<TimestampSecondType>().value(row) * 1_000_000
-                }
-                TimeUnit::Millisecond => {
-                    array.as_primitive::<TimestampMillisecondType>().value(row) * 1_000
-                }
-                TimeUnit::Microsecond => {
-                    array.as_primitive::<TimestampMicrosecondType>().value(row)
-                }
-                TimeUnit::Nanosecond => array
-                    .as_primitive::<TimestampNanosecondType>()
-                    .value(row)
-                    .div_euclid(1_000),
-            };
+        DataType::Timestamp(_, tz) => {
+            let micros = timestamp_micros(array, row)?;
             ts(micros, tz.is_some())
         }
         _ => {
@@ -109,6 +92,46 @@ pub fn pg_text(array: &dyn Array, row: usize) -> Option<String> {
                 Err(e) => format!("<{e}>"),
             }
         }
+    })
+}
+
+/// The value at `row` of a timestamp array of any unit in microseconds, PostgreSQL's unit
+/// (`None` for another type). The infinities (each unit's extreme values) stay the extremes.
+pub fn timestamp_micros(array: &dyn Array, row: usize) -> Option<i64> {
+    use datafusion::arrow::datatypes::{
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
+    let DataType::Timestamp(unit, _) = array.data_type() else {
+        return None;
+    };
+    let (raw, micros_per_tick, ticks_per_micro) = match unit {
+        TimeUnit::Second => (
+            array.as_primitive::<TimestampSecondType>().value(row),
+            1_000_000,
+            1,
+        ),
+        TimeUnit::Millisecond => (
+            array.as_primitive::<TimestampMillisecondType>().value(row),
+            1_000,
+            1,
+        ),
+        TimeUnit::Microsecond => (
+            array.as_primitive::<TimestampMicrosecondType>().value(row),
+            1,
+            1,
+        ),
+        TimeUnit::Nanosecond => (
+            array.as_primitive::<TimestampNanosecondType>().value(row),
+            1,
+            1_000,
+        ),
+    };
+    Some(match raw {
+        i64::MAX | i64::MIN => raw,
+        _ => raw
+            .saturating_mul(micros_per_tick)
+            .div_euclid(ticks_per_micro),
     })
 }
 
