@@ -11,13 +11,12 @@ keeps (two queries, compared with what the writer read at that snapshot) and a r
 latest state (which must be the state of one commit, never a mix of two). A time travel that
 fails is allowed only to a snapshot the writer had expired by then.
 
-That phase is off unless --load-seconds is given, because it fails today (2026-12-05, debug
-build): within one DuckDB transaction on the reader, the latest state read from the table is
-newer than the newest snapshot `ducklake_snapshots()` lists (e.g. 70 rows, the writer's state
-at snapshot 61, while the reader's newest snapshot was 51, where the writer had 60): a mix of
-two of the reader's polls, as `SlateReader`'s docs warn (its views are live, not
-point-in-time). Pointed at the writer instead, the same loop passes (98 time travels, 28
-latest reads). #22 item 10 stays open until the reader's views are point-in-time.
+That phase runs only with --load-seconds (CI gives 10). Before the reader's views were
+point-in-time (`SlateReader`'s generations, 2026-12-05), it failed here: within one DuckDB
+transaction on the reader, the latest state read from the table was newer than the newest
+snapshot `ducklake_snapshots()` listed (e.g. 70 rows, the writer's state at snapshot 61, while
+the reader's newest snapshot was 51, where the writer had 60), a mix of two of the reader's
+polls. Pointed at the writer instead, the same loop passed.
 
 usage: python readonly.py --rocklake-bin PATH [--ext-dir DIR] [--load-seconds N]
 """
@@ -42,7 +41,7 @@ def main():
     ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
     ap.add_argument("--load-seconds", type=float, default=0.0,
                     help="how long the reader reads while the writer commits and expires (0: "
-                         "not at all; it fails today, see the module's docs)")
+                         "not at all)")
     ap.add_argument("--seed", type=int, default=None)
     a = ap.parse_args()
     common.exit_on_sigterm()

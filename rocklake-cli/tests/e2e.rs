@@ -208,6 +208,8 @@ fn sigkill_during_commits_keeps_exactly_the_reported_commits() {
     }
 }
 
+/// And for 10 s under a writer that commits, expires and cleans up: every transaction on the
+/// reader reads one state of the catalog (#22 item 10).
 #[test]
 fn a_read_only_server_beside_the_writer_never_fences_it() {
     let Some(env) = env() else { return };
@@ -219,6 +221,8 @@ fn a_read_only_server_beside_the_writer_never_fences_it() {
         env!("CARGO_BIN_EXE_rocklake").to_string(),
         "--ext-dir".to_string(),
         env.ext.clone(),
+        "--load-seconds".to_string(),
+        "10".to_string(),
     ];
     run(&env, "readonly.py", &args);
 }

@@ -2,13 +2,19 @@
 //! while a writer has it open (a `rocklake serve` on the same folder or bucket).
 //!
 //! Opening a second `Db` on a path fences the first (see the crate docs); a `DbReader` does not.
-//! It loads the manifest, replays the WAL objects the writer has flushed, and refreshes both
-//! every poll interval on a background task. It never writes a key; RockLake refuses every
-//! write through it with [`Error::PermissionDenied`].
+//! It loads the manifest and replays the WAL objects the writer has flushed. It never writes a
+//! key; RockLake refuses every write through it with [`Error::PermissionDenied`].
+//!
+//! SlateDB's `DbReader` has no snapshots: one that follows the writer changes under its
+//! callers at every poll. So RockLake keeps *generations*: each a `DbReader` that does not
+//! follow (it reads the store as it was when it opened), and every poll interval, when the
+//! writer has flushed a WAL object since, a new one opens and takes over for new views. A
+//! view holds its generation, so a transaction reads one state of the store from its first
+//! statement to its last.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -68,21 +74,23 @@ pub async fn open_reader_url(url: &str) -> Result<Arc<SlateReader>> {
 ///   memory — a [`Durability::Buffered`] batch before the writer's next WAL flush — is in no
 ///   object and is not seen.
 /// - Afterwards, every poll interval ([`SlateOptions::poll_interval`], URL option `poll_ms`,
-///   default [`DEFAULT_POLL_INTERVAL`]) it reloads the manifest and replays the WAL objects that
-///   appeared since. A commit the writer acknowledged as durable (RockLake flushes the WAL
-///   before acknowledging) is therefore visible within about one poll interval, whether it is
-///   still only in the WAL or already in an L0 SST: the tests measure this on a local folder.
-/// - A batch is seen whole or not at all (SlateDB writes a batch atomically, and a refresh
-///   installs the reader's new state at once). The scan test reads a 40-key batch back whole
-///   after it reached an L0 SST.
+///   default [`DEFAULT_POLL_INTERVAL`]) it lists the WAL objects newer than the current
+///   generation's, and if there is one opens a new generation, which reads the manifest and
+///   replays the WAL again. A commit the writer acknowledged as durable (RockLake flushes the
+///   WAL before acknowledging) is therefore visible within about one poll interval (plus the
+///   open), whether it is still only in the WAL or already in an L0 SST: the tests measure this
+///   on a local folder.
+/// - A batch is seen whole or not at all (SlateDB writes a batch atomically, and a generation
+///   replays whole WAL objects). The scan test reads a 40-key batch back whole after it
+///   reached an L0 SST.
 ///
 /// # Consistency of a view
-/// `DbReader` has no snapshots, so [`KvBackend::view`] is the live reader and
-/// [`Capabilities::point_in_time_views`] is `false`: each call sees the state of the last poll,
-/// and two calls of one view may straddle a poll. For the catalog that is mostly harmless —
-/// a reader at snapshot S ignores row versions that begin after S — but the writer's GC and
-/// PURGE know only the readers of their own process, so a version this reader still reads
-/// can vanish between two of its calls.
+/// [`KvBackend::view`] is point-in-time ([`Capabilities::point_in_time_views`]): it holds the
+/// generation current when it was taken (see the module's docs), which never changes. A
+/// generation is a `DbReader` whose own poll is set to [`GENERATION_LIFETIME`], so a view kept
+/// longer than that may see a later state. With the managed checkpoint (the default) the
+/// writer's garbage collection keeps every SST a live generation reads; a generation is closed
+/// (and its checkpoint deleted) once no view holds it.
 ///
 /// # Writes and close
 /// Every [`KvBackend::write`] is refused with [`Error::PermissionDenied`] naming the URL, and
@@ -93,11 +101,38 @@ pub struct SlateReader {
     inner: Arc<Inner>,
 }
 
+/// How long a generation's `DbReader` goes without looking at the store itself: views are
+/// point-in-time for at least this long.
+pub const GENERATION_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
 struct Inner {
-    reader: DbReader,
+    /// The generation new views take.
+    current: RwLock<Arc<Generation>>,
+    /// Generations no longer current, closed once no view holds them.
+    retired: Mutex<Vec<Arc<Generation>>>,
+    store: Arc<dyn ObjectStore>,
+    path: String,
+    mode: DbReaderMode,
+    options: DbReaderOptions,
+    poll_interval: Duration,
     /// The URL (or location) opened, for messages.
     url: String,
     closed: AtomicBool,
+    /// Generations opened since the reader opened (the first included).
+    generations: AtomicU64,
+}
+
+/// A `DbReader` that does not follow the writer: the store as it was when it opened.
+struct Generation {
+    reader: DbReader,
+    /// The newest WAL object listed just before it opened (it replayed that one and older).
+    newest_wal: Option<object_store::path::Path>,
+}
+
+/// A view: one generation, while the reader is open.
+struct Pinned {
+    generation: Arc<Generation>,
+    owner: Arc<Inner>,
 }
 
 impl fmt::Debug for SlateReader {
@@ -130,9 +165,9 @@ impl SlateReader {
             DbReaderMode::FollowLatest
         };
         let reader_options = DbReaderOptions {
-            manifest_poll_interval: options.poll_interval,
+            manifest_poll_interval: GENERATION_LIFETIME,
             // SlateDB requires at least two poll intervals.
-            checkpoint_lifetime: CHECKPOINT_LIFETIME.max(options.poll_interval.saturating_mul(2)),
+            checkpoint_lifetime: CHECKPOINT_LIFETIME.max(GENERATION_LIFETIME.saturating_mul(2)),
             ..DbReaderOptions::default()
         };
         // A writer creates the manifest when it first opens; without one there is nothing to
@@ -149,29 +184,108 @@ impl SlateReader {
                 "no catalog at {url:?} to read: it has no SlateDB manifest (a writer creates it on its first open)"
             )));
         }
-        let reader = DbReader::builder(path, store)
-            .with_options(reader_options)
-            .with_reader_mode(mode)
-            .build()
-            .await
-            .map_err(|e| map_err(&format!("opening {url} for reading"), e))?;
-        Ok(SlateReader {
-            inner: Arc::new(Inner {
-                reader,
-                url,
-                closed: AtomicBool::new(false),
-            }),
-        })
+        let first = Generation::open(&store, &path, mode, &reader_options, &url).await?;
+        let inner = Arc::new(Inner {
+            current: RwLock::new(Arc::new(first)),
+            retired: Mutex::new(Vec::new()),
+            store,
+            path,
+            mode,
+            options: reader_options,
+            poll_interval: options.poll_interval,
+            url,
+            closed: AtomicBool::new(false),
+            generations: AtomicU64::new(1),
+        });
+        tokio::spawn(follow(Arc::downgrade(&inner)));
+        Ok(SlateReader { inner })
     }
 
-    /// The SlateDB reader underneath.
-    pub fn raw_reader(&self) -> &DbReader {
-        &self.inner.reader
+    /// How many generations (SlateDB readers, see the module's docs) this reader has opened.
+    pub fn generations(&self) -> u64 {
+        self.inner.generations.load(AtomicOrdering::Relaxed)
     }
 
     /// The URL (or location) this reader was opened on.
     pub fn url(&self) -> &str {
         &self.inner.url
+    }
+}
+
+impl Generation {
+    async fn open(
+        store: &Arc<dyn ObjectStore>,
+        path: &str,
+        mode: DbReaderMode,
+        options: &DbReaderOptions,
+        url: &str,
+    ) -> Result<Generation> {
+        let newest_wal = newest_wal_after(store, path, None, url).await?;
+        let reader = DbReader::builder(path.to_string(), store.clone())
+            .with_options(options.clone())
+            .with_reader_mode(mode)
+            .build()
+            .await
+            .map_err(|e| map_err(&format!("opening {url} for reading"), e))?;
+        Ok(Generation { reader, newest_wal })
+    }
+
+    async fn close(&self) -> Result<()> {
+        match self.reader.close().await {
+            Ok(()) => Ok(()),
+            Err(e) => match map_err("closing a reader", e) {
+                Error::Closed => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+}
+
+/// The newest WAL object of the store at `path` listed after `after` (all of them when `None`).
+async fn newest_wal_after(
+    store: &Arc<dyn ObjectStore>,
+    path: &str,
+    after: Option<&object_store::path::Path>,
+    url: &str,
+) -> Result<Option<object_store::path::Path>> {
+    let prefix = object_store::path::Path::from(format!("{path}/wal"));
+    let mut listed = match after {
+        Some(offset) => store.list_with_offset(Some(&prefix), offset),
+        None => store.list(Some(&prefix)),
+    };
+    let mut newest: Option<object_store::path::Path> = None;
+    while let Some(meta) = listed.next().await {
+        let meta =
+            meta.map_err(|e| Error::engine("slatedb", format!("listing the WAL of {url}"), e))?;
+        // WAL objects are named by their number, zero-padded: names sort as numbers.
+        if newest.as_ref().is_none_or(|n| meta.location > *n) {
+            newest = Some(meta.location);
+        }
+    }
+    Ok(newest)
+}
+
+/// Every poll interval: a new generation when the writer flushed a WAL object since the
+/// current one opened; retired generations no view holds are closed. Ends when the reader
+/// closes or is dropped.
+async fn follow(inner: std::sync::Weak<Inner>) {
+    loop {
+        let every = match inner.upgrade() {
+            Some(i) => i.poll_interval,
+            None => return,
+        };
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.closed.load(AtomicOrdering::Acquire) {
+            return;
+        }
+        if let Err(e) = inner.refresh().await {
+            tracing::warn!(url = %inner.url, error = %e,
+                "a read-only catalog could not look for new commits; it keeps reading the state it has");
+        }
+        inner.close_unused().await;
     }
 }
 
@@ -182,12 +296,83 @@ impl Inner {
         }
         Ok(())
     }
+
+    fn current(&self) -> Arc<Generation> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Open a new generation if the store has a WAL object the current one has not read.
+    async fn refresh(&self) -> Result<()> {
+        let current = self.current();
+        let newer = newest_wal_after(
+            &self.store,
+            &self.path,
+            current.newest_wal.as_ref(),
+            &self.url,
+        )
+        .await?;
+        if newer.is_none() {
+            return Ok(());
+        }
+        let next = Arc::new(
+            Generation::open(&self.store, &self.path, self.mode, &self.options, &self.url).await?,
+        );
+        self.generations.fetch_add(1, AtomicOrdering::Relaxed);
+        let old = std::mem::replace(
+            &mut *self.current.write().unwrap_or_else(|e| e.into_inner()),
+            next,
+        );
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(old);
+        if self.closed.load(AtomicOrdering::Acquire) {
+            // Closed while it opened: close what this opened too.
+            let _ = self.close_all().await;
+        }
+        Ok(())
+    }
+
+    /// Close the retired generations no view holds any more.
+    async fn close_unused(&self) {
+        let unused: Vec<Arc<Generation>> = {
+            let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            let (unused, held) = std::mem::take(&mut *retired)
+                .into_iter()
+                .partition(|g| Arc::strong_count(g) == 1);
+            *retired = held;
+            unused
+        };
+        for g in unused {
+            if let Err(e) = g.close().await {
+                tracing::warn!(url = %self.url, error = %e, "closing an old reader generation failed");
+            }
+        }
+    }
+
+    /// Close every generation (at close: views taken before answer `Closed` from now on).
+    async fn close_all(&self) -> Result<()> {
+        let mut all: Vec<Arc<Generation>> =
+            std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        all.push(self.current());
+        let mut first_error = Ok(());
+        for g in all {
+            if let Err(e) = g.close().await {
+                if first_error.is_ok() {
+                    first_error = Err(e);
+                }
+            }
+        }
+        first_error
+    }
 }
 
 #[async_trait]
-impl ReadView for Inner {
+impl ReadView for Generation {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.check_open()?;
         self.reader
             .get(key)
             .await
@@ -195,7 +380,6 @@ impl ReadView for Inner {
     }
 
     async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>> {
-        self.check_open()?;
         if range.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
@@ -210,13 +394,28 @@ impl ReadView for Inner {
 }
 
 #[async_trait]
-impl ReadView for SlateReader {
+impl ReadView for Pinned {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key).await
+        self.owner.check_open()?;
+        self.generation.get(key).await
     }
 
     async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>> {
-        self.inner.scan(range, order, limit).await
+        self.owner.check_open()?;
+        self.generation.scan(range, order, limit).await
+    }
+}
+
+#[async_trait]
+impl ReadView for SlateReader {
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.inner.check_open()?;
+        self.inner.current().get(key).await
+    }
+
+    async fn scan(&self, range: &KeyRange, order: Order, limit: usize) -> Result<Vec<KvPair>> {
+        self.inner.check_open()?;
+        self.inner.current().scan(range, order, limit).await
     }
 }
 
@@ -232,7 +431,7 @@ impl KvBackend for SlateReader {
             exclusive_open: false,
             // Opening a reader fences nobody.
             fences_on_open: false,
-            point_in_time_views: false,
+            point_in_time_views: true,
         }
     }
 
@@ -246,7 +445,10 @@ impl KvBackend for SlateReader {
 
     async fn view(&self) -> Result<Arc<dyn ReadView>> {
         self.inner.check_open()?;
-        Ok(self.inner.clone())
+        Ok(Arc::new(Pinned {
+            generation: self.inner.current(),
+            owner: self.inner.clone(),
+        }))
     }
 
     async fn flush(&self) -> Result<()> {
@@ -258,12 +460,6 @@ impl KvBackend for SlateReader {
         if self.inner.closed.swap(true, AtomicOrdering::AcqRel) {
             return Ok(());
         }
-        match self.inner.reader.close().await {
-            Ok(()) => Ok(()),
-            Err(e) => match map_err("closing a reader", e) {
-                Error::Closed => Ok(()),
-                other => Err(other),
-            },
-        }
+        self.inner.close_all().await
     }
 }

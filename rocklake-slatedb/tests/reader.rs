@@ -251,11 +251,77 @@ async fn reader_scans_match_the_writer_in_both_orders_with_limits() {
         reader.get(b"\x01k08").await.unwrap().as_deref(),
         Some(&b"v8"[..])
     );
-    assert!(!reader.capabilities().point_in_time_views);
+    assert!(reader.capabilities().point_in_time_views);
     assert!(!reader.capabilities().fences_on_open);
 
     reader.close().await.unwrap();
     follower.close().await.unwrap();
+    writer.close().await.unwrap();
+}
+
+/// A view is one state of the store: commits the reader shows after it was taken stay out of
+/// it, at every poll after, while new views see them (#22 item 10: before, a view was the live
+/// reader, and one transaction's reads could straddle a poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_keeps_the_state_it_was_taken_at_while_the_reader_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url_of(dir.path());
+    let writer = open_url(&url).await.unwrap();
+    let put = |k: &'static [u8], v: &'static [u8]| {
+        let mut b = WriteBatch::new();
+        b.put(Bytes::from_static(k), Bytes::from_static(v));
+        b
+    };
+    writer
+        .write(put(b"\x01a", b"1"), Durability::Durable)
+        .await
+        .unwrap();
+    let reader = open_reader_url(&format!("{url}?poll_ms=50")).await.unwrap();
+    let view = reader.view().await.unwrap();
+    assert_eq!(
+        view.get(b"\x01a").await.unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+    for round in 0..3u8 {
+        let mut b = put(b"\x01a", b"2");
+        b.put(Bytes::from(vec![1, b'b', round]), Bytes::from_static(b"x"));
+        writer.write(b, Durability::Durable).await.unwrap();
+        wait_until("the next commit", || async {
+            reader.get(&[1, b'b', round]).await.unwrap().is_some()
+        })
+        .await;
+        // Several polls later the old view is as it was; a new one has the commit.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            view.get(b"\x01a").await.unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
+        let all = view
+            .scan(&KeyRange::all(), Order::Ascending, 100)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 1, "the old view holds one key: {all:?}");
+        let fresh = reader.view().await.unwrap();
+        assert_eq!(
+            fresh.get(b"\x01a").await.unwrap().as_deref(),
+            Some(&b"2"[..])
+        );
+        assert_eq!(
+            fresh
+                .scan(&KeyRange::all(), Order::Ascending, 100)
+                .await
+                .unwrap()
+                .len(),
+            2 + usize::from(round)
+        );
+    }
+    assert!(
+        reader.generations() >= 4,
+        "{} generations",
+        reader.generations()
+    );
+    drop(view);
+    reader.close().await.unwrap();
     writer.close().await.unwrap();
 }
 
