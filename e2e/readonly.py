@@ -82,6 +82,38 @@ def main():
             time.sleep(0.5)
         if seen != [(12, 1145)]:
             problems.append(f"the reader never saw the writer's later commit: {seen}")
+        # A table the writer creates after the reader started (#24 item 3), with rows DuckLake
+        # keeps in an inlined-data table it creates too: read through a new connection and
+        # through the one attached before the table existed.
+        w.execute("CREATE TABLE lake.t2 (k INTEGER, v VARCHAR)")
+        w.execute("INSERT INTO lake.t2 VALUES (1, 'one'), (2, 'two')")
+        want2 = [(2, 3, "two")]
+        seen2 = None
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            r3 = connect(a.ext_dir)
+            r3.execute(f"ATTACH 'ducklake:postgres:{reader.dsn()}' AS lake (DATA_PATH '{data}/', READ_ONLY)")
+            try:
+                seen2 = r3.execute("SELECT count(*), sum(k), max(v) FROM lake.t2").fetchall()
+            except Exception as e:  # noqa: BLE001 - not there yet, or the failure to report
+                seen2 = str(e).splitlines()[0][:200]
+            r3.close()
+            if seen2 == want2:
+                break
+            time.sleep(0.5)
+        if seen2 != want2:
+            problems.append(f"a new connection to the reader never read the table created after "
+                            f"the reader started: {seen2}")
+        try:
+            old_con = r.execute("SELECT count(*), sum(k), max(v) FROM lake.t2").fetchall()
+        except Exception as e:  # noqa: BLE001
+            old_con = str(e).splitlines()[0][:200]
+        if old_con != want2:
+            problems.append(f"the reader's connection attached before the table was created "
+                            f"read {old_con}")
+        else:
+            print("table created after the reader started: read through a new connection and "
+                  "through one attached before")
         # A write through the reader (without DuckDB's own READ_ONLY guard) is refused.
         rw = connect(a.ext_dir)
         try:
@@ -90,6 +122,7 @@ def main():
             problems.append("a write through the read-only server succeeded")
         except Exception as e:  # noqa: BLE001 - the refusal is the point
             print(f"write through the reader refused: {str(e).splitlines()[0][:160]}")
+        r.close()
         final = w.execute("SELECT count(*), sum(i) FROM lake.t").fetchall()
         if final != [(12, 1145)]:
             problems.append(f"the writer reads {final} at the end")
@@ -120,8 +153,7 @@ def under_load(writer, reader, data, a):
     stop = threading.Event()
     w = connect(a.ext_dir)
     w.execute(f"ATTACH 'ducklake:postgres:{writer.dsn()}' AS lake (DATA_PATH '{data}/')")
-    # The table the reader already knows: a table created after the reader started is #24's
-    # (a reader keeps the table definitions it loaded at start).
+    # The table of the first phase (tables created after the reader started are checked there).
     created = w.execute("SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
 
     def state_at(con, version=None):

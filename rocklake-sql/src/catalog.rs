@@ -25,6 +25,13 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// The highest relation id among its schemas and tables (0 when empty).
+    pub fn newest_definition(&self) -> u64 {
+        let schemas = self.schemas.values().copied();
+        let tables = self.tables.values().map(|t| t.id);
+        schemas.chain(tables).max().unwrap_or(0)
+    }
+
     /// The table `schema.name`, or PostgreSQL's 42P01.
     pub fn table(&self, schema: &str, name: &str) -> Result<Arc<RelDef>> {
         self.tables

@@ -173,6 +173,20 @@ impl Database {
         self.load_and_install().await
     }
 
+    /// Load the catalog from `view` and make it the shared one (a reader following another
+    /// process's writer; see `Database::begin`).
+    pub(crate) async fn install_catalog_from(&self, view: &dyn ReadView) -> Result<()> {
+        let _installing = self.installing.lock().await;
+        let c = load_catalog(view).await?;
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        let mut shared = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+        // Two transactions may load at once from views of different ages: the newer stays.
+        if c.newest_definition() >= shared.newest_definition() {
+            *shared = Arc::new(c);
+        }
+        Ok(())
+    }
+
     async fn load_and_install(&self) -> Result<()> {
         // As a reader sees the store: another session's DDL whose flush is still under way
         // is not in the shared catalog before it is durable.

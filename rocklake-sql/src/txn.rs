@@ -29,14 +29,40 @@ impl Database {
     /// Begin a transaction on a point-in-time view of the store.
     pub async fn begin(self: &Arc<Self>) -> Result<Txn> {
         let view = self.keyspace().committed_view().await?;
-        // The catalog the view holds: read again only when the shared copy may be stale is an
-        // optimisation left for later; the shared copy is reloaded on every DDL commit of this
-        // process, and only one process writes a store (the others are fenced).
-        let mut txn = Txn::new(self.clone(), view, self.catalog());
         // A key space opened read-only refuses writes at the statement, as PostgreSQL's
         // read-only transactions do, not only at COMMIT.
-        txn.read_only = self.keyspace().epoch().is_none();
+        let read_only = self.keyspace().epoch().is_none();
+        // The catalog the view holds. A writer's shared copy is reloaded on every DDL commit
+        // of this process, and only one process writes a store (the others are fenced). A
+        // reader beside another process's writer follows its definitions here.
+        if read_only {
+            self.follow_definitions(view.as_ref()).await?;
+        }
+        let mut txn = Txn::new(self.clone(), view, self.catalog());
+        txn.read_only = read_only;
         Ok(txn)
+    }
+
+    /// On a read-only key space: when `view` holds a definition newer than every one the
+    /// shared catalog has (a table the writer created since it was loaded, DuckLake's inlined
+    /// data tables among them), load the catalog again from `view`. One reverse read of the
+    /// definitions' key range, limit 1, per transaction. A definition changed in place
+    /// (`ALTER TABLE`) keeps its id and is not noticed.
+    async fn follow_definitions(&self, view: &dyn ReadView) -> Result<()> {
+        let range = KeyRange::prefix(&[tags::RELATION.0]);
+        let newest = view.scan(&range, Order::Descending, 1).await?;
+        let Some((key, _)) = newest.first() else {
+            return Ok(());
+        };
+        let id = match rocklake_core::keys::Key::decode(key) {
+            Ok(rocklake_core::keys::Key::Row { fields, .. }) => fields.first().copied(),
+            _ => None,
+        };
+        let known = self.catalog();
+        if id.is_some_and(|id| id > known.newest_definition()) {
+            self.install_catalog_from(view).await?;
+        }
+        Ok(())
     }
 }
 
