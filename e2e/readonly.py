@@ -18,7 +18,12 @@ snapshot `ducklake_snapshots()` listed (e.g. 70 rows, the writer's state at snap
 the reader's newest snapshot was 51, where the writer had 60), a mix of two of the reader's
 polls. Pointed at the writer instead, the same loop passed.
 
-usage: python readonly.py --rocklake-bin PATH [--ext-dir DIR] [--load-seconds N]
+It prints the reader's staleness under that load: the time from a commit's acknowledgement on
+the writer to the first new transaction on the reader that lists its snapshot (p50, p99, max;
+sampled every 20 ms). The reader's poll interval bounds it (`--reader-poll-ms`, the URL's
+`poll_ms`): a poll, then the open of a new generation.
+
+usage: python readonly.py --rocklake-bin PATH [--ext-dir DIR] [--load-seconds N] [--reader-poll-ms N]
 """
 import argparse
 import os
@@ -43,6 +48,8 @@ def main():
                     help="how long the reader reads while the writer commits and expires (0: "
                          "not at all)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--reader-poll-ms", type=int, default=None,
+                    help="the reader's poll interval (its URL's poll_ms; default 1000)")
     a = ap.parse_args()
     common.exit_on_sigterm()
     common.ensure_extensions(a.ext_dir)
@@ -50,7 +57,8 @@ def main():
     url = common.engine_url("slatedb", os.path.join(tmp, "store"))
     data = os.path.join(tmp, "data")
     writer = common.Server(a.rocklake_bin, url, os.path.join(tmp, "writer.log"))
-    reader = common.Server(a.rocklake_bin, url, os.path.join(tmp, "reader.log"),
+    reader_url = url if a.reader_poll_ms is None else f"{url}?poll_ms={a.reader_poll_ms}"
+    reader = common.Server(a.rocklake_bin, reader_url, os.path.join(tmp, "reader.log"),
                            extra_args=["--read-only"])
     problems = []
     try:
@@ -148,6 +156,8 @@ def under_load(writer, reader, data, a):
     problems = []
     lock = threading.Lock()
     states = {}  # snapshot id -> (count, sum, even count) as the writer read it there
+    acked_at = {}  # snapshot id -> when the writer's INSERT returned (time.monotonic())
+    first_seen = {}  # snapshot id -> when the probe first saw it on the reader
     kept_from = [0]  # the writer expired every snapshot below this one
     expiring_from = [0]  # ... or is expiring them now
     stop = threading.Event()
@@ -172,11 +182,13 @@ def under_load(writer, reader, data, a):
             while not stop.is_set():
                 n += 1
                 w.execute(f"INSERT INTO lake.t VALUES ({n * 7 + 3})")
+                acked = time.monotonic()
                 snap = w.execute(
                     "SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
                 st = state_at(w, snap)
                 with lock:
                     states[snap] = st
+                    acked_at[snap] = acked
                 if n % 10 == 0:
                     with lock:
                         keep = sorted(states)[-6:]
@@ -194,8 +206,30 @@ def under_load(writer, reader, data, a):
         finally:
             stop.set()
 
+    def probe():
+        # Staleness: from a commit's acknowledgement on the writer to the first time a new
+        # transaction on the reader lists its snapshot (sampled every 20 ms).
+        p = connect(a.ext_dir)
+        p.execute(f"ATTACH 'ducklake:postgres:{reader.dsn()}' AS lake (DATA_PATH '{data}/', READ_ONLY)")
+        try:
+            while not stop.is_set():
+                seen = p.execute(
+                    "SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
+                now = time.monotonic()
+                with lock:
+                    for v in acked_at:
+                        if v <= seen and v not in first_seen:
+                            first_seen[v] = now
+                time.sleep(0.02)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"the staleness probe failed: {str(e).splitlines()[0][:200]}")
+        finally:
+            p.close()
+
     t = threading.Thread(target=write, daemon=True)
     t.start()
+    pt = threading.Thread(target=probe, daemon=True)
+    pt.start()
     r = connect(a.ext_dir)
     r.execute(f"ATTACH 'ducklake:postgres:{reader.dsn()}' AS lake (DATA_PATH '{data}/', READ_ONLY)")
     deadline = time.monotonic() + a.load_seconds
@@ -249,8 +283,19 @@ def under_load(writer, reader, data, a):
                 break
     stop.set()
     t.join(timeout=30)
+    pt.join(timeout=30)
     w.close()
     r.close()
+    lags = sorted(first_seen[v] - acked_at[v] for v in first_seen if v in acked_at)
+    if lags:
+        def pct(q):
+            return lags[min(len(lags) - 1, int(q * len(lags)))] * 1000
+        print(f"reader under load: staleness (writer's acknowledgement to the reader listing the "
+              f"snapshot, {len(lags)} commits, 20 ms sampling): p50 {pct(0.5):.0f} ms, "
+              f"p99 {pct(0.99):.0f} ms, max {lags[-1] * 1000:.0f} ms (poll interval "
+              f"{a.reader_poll_ms or 1000} ms)")
+    else:
+        problems.append("the staleness probe saw no commit of the writer on the reader")
     print(f"reader under load: {len(states)} commits, expired below snapshot {kept_from[0]}; "
           f"reader: {travels} time travels and {latest} latest reads compared, {refused} travels "
           f"to an expired snapshot refused, {lagging} rounds behind the writer's last expiry")
