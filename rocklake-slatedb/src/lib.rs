@@ -74,7 +74,7 @@ use slatedb::{CloseReason, Db, DbSnapshot, ErrorKind, IterationOrder};
 pub mod holder;
 mod reader;
 
-pub use reader::{open_reader_url, SlateReader, DEFAULT_POLL_INTERVAL};
+pub use reader::{open_reader_url, SlateReader, DEFAULT_POLL_INTERVAL, GENERATION_LIFETIME};
 
 /// Background WAL flush interval RockLake sets (upstream's default is 100 ms).
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(5);

@@ -105,6 +105,13 @@ pub struct SlateReader {
 /// point-in-time for at least this long.
 pub const GENERATION_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
+/// How long a new generation settles before views may take it. A `DbReader` polls once as it
+/// starts (SlateDB's poll ticker fires at once, on its own task, after the open returns); a
+/// commit that lands between the open and that poll would change the generation under a view
+/// taken in between. A generation whose replayed sequence number moved after it was published
+/// (that poll came later still) is replaced at the next poll.
+const SETTLE: Duration = Duration::from_millis(250);
+
 struct Inner {
     /// The generation new views take.
     current: RwLock<Arc<Generation>>,
@@ -127,6 +134,8 @@ struct Generation {
     reader: DbReader,
     /// The newest WAL object listed just before it opened (it replayed that one and older).
     newest_wal: Option<object_store::path::Path>,
+    /// The reader's replayed sequence number when the generation was published.
+    seq: u64,
 }
 
 /// A view: one generation, while the reader is open.
@@ -227,7 +236,19 @@ impl Generation {
             .build()
             .await
             .map_err(|e| map_err(&format!("opening {url} for reading"), e))?;
-        Ok(Generation { reader, newest_wal })
+        // Its first poll (see [`SETTLE`]) is behind it before a view takes it.
+        tokio::time::sleep(SETTLE).await;
+        let seq = reader.status().durable_seq;
+        Ok(Generation {
+            reader,
+            newest_wal,
+            seq,
+        })
+    }
+
+    /// Whether its state moved after it was published (its first poll came after [`SETTLE`]).
+    fn moved(&self) -> bool {
+        self.reader.status().durable_seq != self.seq
     }
 
     async fn close(&self) -> Result<()> {
@@ -314,8 +335,12 @@ impl Inner {
             &self.url,
         )
         .await?;
-        if newer.is_none() {
+        if newer.is_none() && !current.moved() {
             return Ok(());
+        }
+        if current.moved() {
+            tracing::warn!(url = %self.url,
+                "a reader generation polled after it was published; replacing it");
         }
         let next = Arc::new(
             Generation::open(&self.store, &self.path, self.mode, &self.options, &self.url).await?,
