@@ -154,6 +154,32 @@ enum Command {
               value_parser = clap::value_parser!(u32).range(1..))]
         operations: u32,
     },
+    /// Copy a whole DuckLake catalog kept in PostgreSQL into a RockLake store without one,
+    /// in one transaction (a failure leaves the store without a catalog). The source is read
+    /// as of one snapshot, so it may keep serving meanwhile.
+    Import {
+        /// The source catalog's PostgreSQL: a libpq string (`host=... dbname=...`), a
+        /// `postgresql://` URL, or DuckLake's `ducklake:postgres:...` form.
+        source: String,
+        /// The target store (`file:///path`, `s3://...`, `sled:///path`, `rocksdb:///path`).
+        url: String,
+        /// The schema that holds the catalog's tables (DuckLake's METADATA_SCHEMA), on both
+        /// sides.
+        #[arg(long, default_value = "public")]
+        schema: String,
+    },
+    /// Copy a RockLake store's DuckLake catalog into a PostgreSQL database, where stock DuckDB
+    /// attaches it with `ducklake:postgres:`; one transaction there (a failure leaves nothing).
+    /// The store is read as of one snapshot (a SlateDB store beside its running server).
+    Export {
+        /// The store to read.
+        url: String,
+        /// The target PostgreSQL (as for `import`); its schema must hold no DuckLake catalog.
+        target: String,
+        /// The schema that holds the catalog's tables, on both sides.
+        #[arg(long, default_value = "public")]
+        schema: String,
+    },
     /// Run SQL against a catalog without a server (DuckLake's tables are SQL tables); without a
     /// statement, read statements from standard input (an interactive shell on a terminal).
     Sql {
@@ -438,6 +464,16 @@ async fn run(command: Command, json: bool) -> CliResult {
             sql,
             read_only,
         } => cmd::sql::run(url, sql, read_only, json).await,
+        Command::Import {
+            source,
+            url,
+            schema,
+        } => cmd::import::run(source, url, schema, json).await,
+        Command::Export {
+            url,
+            target,
+            schema,
+        } => cmd::export::run(url, target, schema, json).await,
         Command::Serve {
             url,
             listen,

@@ -44,8 +44,8 @@ use rocklake_sql::{CopyFormat, Database, IdleLimits, Output, Piece, Session, Sql
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::wire::{
-    binary_value, decode_copy_binary, decode_copy_csv, decode_copy_text, text_field, text_value,
-    BinaryColumn, COPY_SIGNATURE,
+    binary_value, copy_text_escape, decode_copy_binary, decode_copy_csv, decode_copy_text,
+    text_field, text_value, BinaryColumn, COPY_SIGNATURE,
 };
 
 mod execute;
@@ -593,25 +593,6 @@ fn csv_quote(v: &str, f: &CopyFormat) -> String {
         s.push(c);
     }
     s.push(f.quote);
-    s
-}
-
-/// A text-format COPY field: backslash, the delimiter, newline and carriage return escaped.
-fn copy_text_escape(v: &str, delimiter: char) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            c if c == delimiter && c != '\t' => {
-                s.push('\\');
-                s.push(c);
-            }
-            '\\' => s.push_str("\\\\"),
-            '\t' => s.push_str("\\t"),
-            '\n' => s.push_str("\\n"),
-            '\r' => s.push_str("\\r"),
-            c => s.push(c),
-        }
-    }
     s
 }
 

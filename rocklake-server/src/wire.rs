@@ -581,6 +581,25 @@ pub fn decode_copy_binary(
     Ok(rows)
 }
 
+/// A text-format COPY field: backslash, the delimiter, newline and carriage return escaped.
+pub fn copy_text_escape(v: &str, delimiter: char) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            c if c == delimiter && c != '\t' => {
+                s.push('\\');
+                s.push(c);
+            }
+            '\\' => s.push_str("\\\\"),
+            '\t' => s.push_str("\\t"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
 /// Reads the text COPY stream a client sends (`COPY ... FROM STDIN`: fields split at
 /// `delimiter`, `null` for NULL, backslash escapes, an optional `\.` end line) into rows of
 /// cells of the given types.

@@ -2,10 +2,13 @@
 
 pub(crate) mod bench;
 pub(crate) mod budget;
+pub(crate) mod catalog_copy;
 pub(crate) mod conformance;
 pub(crate) mod delete;
 pub(crate) mod describe;
+pub(crate) mod export;
 pub(crate) mod gc;
+pub(crate) mod import;
 pub(crate) mod info;
 pub(crate) mod init;
 pub(crate) mod insert;
