@@ -106,7 +106,9 @@ async fn load(
     let mut done = Vec::with_capacity(tables.len());
     for t in tables {
         let t0 = Instant::now();
-        session.run(&t.create_sql(schema)).await?;
+        session.run(&t.create_sql(schema)).await.map_err(|e| {
+            SqlError::new(e.code, format!("creating table {}: {}", t.name, e.message))
+        })?;
         let n = copy_table(client, session, schema, t).await?;
         if !quiet {
             eprintln!(

@@ -1,0 +1,217 @@
+"""A DuckLake catalog moved from PostgreSQL into RockLake and back out (#23 items 1-3).
+
+usage: python migrate.py --pg-dsn "host=127.0.0.1 port=N user=postgres dbname=postgres"
+                         --rocklake-bin PATH --engine sled [--engine ...] [--ext-dir DIR] [--keep]
+
+The e2e workload (workload.py) builds a lake on a fresh PostgreSQL database; DuckDB then reads
+everything it keeps back (every snapshot's time travel, table_changes, snapshots(), table info,
+the metadata tables' counts: workload.py's "reread" phase), which is the reference. For each
+engine, `rocklake import` copies the catalog into a new store and `rocklake serve` serves it:
+DuckDB must read the same answers there. `rocklake export` then writes the store into another
+fresh PostgreSQL database (on SlateDB while its server keeps serving): every table must equal
+the source's row for row, and DuckDB must read the same answers on it too. Last, DuckDB writes
+to the imported catalog (a new table, an insert) and reads its writes back.
+
+Bad sources are refused before anything is written, or with nothing left behind: a database
+without a DuckLake catalog, a catalog of a newer DuckLake version, and a source whose last
+table RockLake cannot create (the store then takes the good import). An export into a schema
+that holds the tables is refused and leaves it as it was.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import run as e2e  # noqa: E402
+
+
+def cli(args, *argv, fail=False):
+    """Run the rocklake command. Returns (stdout, stderr); raises RuntimeError when the exit
+    code is not what `fail` asks for."""
+    p = subprocess.run([args.rocklake_bin, *argv], capture_output=True, text=True, timeout=900)
+    if (p.returncode != 0) != fail:
+        raise RuntimeError(f"rocklake {' '.join(argv[:1])} exited with {p.returncode} "
+                           f"({'a failure' if fail else 'success'} was expected):\n"
+                           f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return p.stdout, p.stderr
+
+
+def psql_rows(dsn, sql):
+    p = subprocess.run([common.psql_path(), dsn, "-X", "-A", "-t", "-c", sql],
+                       capture_output=True, text=True, check=True)
+    return p.stdout
+
+
+def table_names(dsn):
+    return psql_rows(dsn, "SELECT relname FROM pg_class c JOIN pg_namespace n ON "
+                          "n.oid = c.relnamespace WHERE nspname = 'public' AND relkind = 'r' "
+                          "ORDER BY 1").split()
+
+
+def table_text(dsn, table):
+    """Every row of a table in PostgreSQL's COPY text, sorted by all of its columns."""
+    n = int(psql_rows(dsn, f"SELECT count(*) FROM information_schema.columns "
+                           f"WHERE table_schema = 'public' AND table_name = '{table}'"))
+    order = ", ".join(str(i + 1) for i in range(n))
+    return psql_rows(dsn, f"COPY (SELECT * FROM public.\"{table}\" ORDER BY {order}) TO STDOUT")
+
+
+def same_tables(a, b):
+    """The tables that differ between two databases (by name set and row for row)."""
+    ta, tb = table_names(a), table_names(b)
+    if ta != tb:
+        return [f"table sets differ: only in source {sorted(set(ta) - set(tb))}, "
+                f"only in export {sorted(set(tb) - set(ta))}"]
+    return [t for t in ta if table_text(a, t) != table_text(b, t)]
+
+
+def expect_refusal(args, argv, words):
+    """A command that must fail, saying `words`."""
+    _, err = cli(args, *argv, fail=True)
+    if words not in err:
+        raise RuntimeError(f"rocklake {argv[0]} failed without saying {words!r}:\n{err[-1500:]}")
+    print(f"migrate: refused as it must: {err.strip().splitlines()[-1][:200]}", flush=True)
+
+
+def bad_sources(args, tmp, tag, src, url, dbs):
+    """The refusals; each leaves `url` without a catalog (the caller's import proves it)."""
+    empty = f"mig_empty_{tag}"
+    dbs.append(empty)
+    expect_refusal(args, ["import", common.create_pg_database(args.pg_dsn, empty), url],
+                   "holds no DuckLake catalog")
+    newer = f"mig_newer_{tag}"
+    dbs.append(newer)
+    common.psql(args.pg_dsn, f"CREATE DATABASE {newer} TEMPLATE {src}")
+    newer_dsn = common.with_dbname(args.pg_dsn, newer)
+    common.psql(newer_dsn, "UPDATE ducklake_metadata SET value = '9.9' WHERE key = 'version'")
+    expect_refusal(args, ["import", newer_dsn, url], "is version 9.9")
+    # A table RockLake cannot create, made last: everything before it is loaded first.
+    late = f"mig_late_{tag}"
+    dbs.append(late)
+    common.psql(args.pg_dsn, f"CREATE DATABASE {late} TEMPLATE {src}")
+    late_dsn = common.with_dbname(args.pg_dsn, late)
+    common.psql(late_dsn, "CREATE TABLE zz_extra (p point)", "INSERT INTO zz_extra VALUES ('(1,2)')")
+    expect_refusal(args, ["import", late_dsn, url], "nothing of it was written")
+
+
+def keep_writing(args, dsn, data_path):
+    """DuckDB writes to the imported catalog and reads its writes back."""
+    con = common.duck(args.ext_dir)
+    try:
+        con.execute(common.attach_sql(dsn, data_path))
+        before = con.execute("SELECT count(*) FROM lake.s1.small").fetchone()[0]
+        con.execute("CREATE TABLE lake.main.after_import AS SELECT * FROM lake.s1.small")
+        con.execute("INSERT INTO lake.s1.small SELECT * FROM lake.s1.small LIMIT 1")
+        after = con.execute("SELECT count(*) FROM lake.s1.small").fetchone()[0]
+        copied = con.execute("SELECT count(*) FROM lake.main.after_import").fetchone()[0]
+    finally:
+        con.close()
+    if (after, copied) != (before + 1, before):
+        raise RuntimeError(f"writes after the import: s1.small {before} -> {after} rows, "
+                           f"the copy has {copied} (expected {before + 1} and {before})")
+    return f"s1.small {before} -> {after} rows, a new table of {copied}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pg-dsn", default=os.environ.get("ROCKLAKE_TEST_PG"),
+                    help="libpq string of a PostgreSQL 15 that may create databases")
+    ap.add_argument("--rocklake-bin", required=True)
+    ap.add_argument("--engine", action="append", default=[], choices=sorted(common.ENGINE_SCHEMES))
+    ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
+    ap.add_argument("--keep", action="store_true", help="keep the temp folder and databases")
+    args = ap.parse_args()
+    args.s3 = False
+    if not args.pg_dsn or not args.engine:
+        ap.error("--pg-dsn (or ROCKLAKE_TEST_PG) and at least one --engine are required")
+    common.exit_on_sigterm()
+    common.ensure_extensions(args.ext_dir)
+    tmp = tempfile.mkdtemp(prefix="rocklake-migrate-")
+    tag = uuid.uuid4().hex[:8]
+    src = f"mig_src_{tag}"
+    dbs = [src]
+    results, timings, logs, failures = {}, {}, {}, []
+    ok = False
+    try:
+        src_dsn = common.create_pg_database(args.pg_dsn, src)
+        _, secs, problem, data_path = e2e.run_workload(args, tmp, "build", src_dsn)
+        if problem:
+            raise RuntimeError(f"building the lake on PostgreSQL: {problem}")
+        results["pg"], timings["pg"], problem, _ = e2e.run_workload(
+            args, tmp, "pg", src_dsn, "reread", data_path)
+        if problem:
+            raise RuntimeError(problem)
+        print(f"migrate: lake built on PostgreSQL in {secs:.1f} s", flush=True)
+        for i, engine in enumerate(args.engine):
+            url = common.engine_url(engine, os.path.join(tmp, f"{engine}-store"))
+            if i == 0:
+                bad_sources(args, tmp, tag, src, url, dbs)
+            t0 = time.monotonic()
+            out, _ = cli(args, "--json", "import", src_dsn, url)
+            got = json.loads(out.strip().splitlines()[-1])
+            print(f"migrate: {engine}: imported {got['tables']} tables, {got['rows']} rows in "
+                  f"{time.monotonic() - t0:.1f} s ({got['rows_per_second']:.0f} rows/s)",
+                  flush=True)
+            verify, _ = cli(args, "verify", url)
+            print(f"migrate: {engine}: verify: {verify.strip().splitlines()[-1]}", flush=True)
+            log = os.path.join(tmp, f"{engine}-serve.log")
+            logs[engine] = log
+            server = common.Server(args.rocklake_bin, url, log).start(timeout=60)
+            try:
+                results[engine], timings[engine], problem, _ = e2e.run_workload(
+                    args, tmp, engine, server.dsn(), "reread", data_path)
+                if problem:
+                    failures.append((engine, problem))
+                # SlateDB's export reads beside the running server; the others lock their
+                # folder, so their server stops first.
+                if engine != "slatedb":
+                    server.stop()
+                out_db = f"mig_out_{engine}_{tag}"
+                dbs.append(out_db)
+                out_dsn = common.create_pg_database(args.pg_dsn, out_db)
+                t0 = time.monotonic()
+                cli(args, "export", url, out_dsn)
+                print(f"migrate: {engine}: exported in {time.monotonic() - t0:.1f} s", flush=True)
+                before = table_names(out_dsn)
+                expect_refusal(args, ["export", url, out_dsn], "already holds")
+                if table_names(out_dsn) != before:
+                    failures.append((engine, "a refused export changed the target's tables"))
+                differ = same_tables(src_dsn, out_dsn)
+                if differ:
+                    failures.append((engine, f"exported tables differ from the source's: {differ}"))
+                else:
+                    print(f"migrate: {engine}: all {len(before)} exported tables equal the "
+                          f"source's row for row", flush=True)
+                results[f"{engine}_out"], timings[f"{engine}_out"], problem, _ = \
+                    e2e.run_workload(args, tmp, f"{engine}_out", out_dsn, "reread", data_path)
+                if problem:
+                    failures.append((f"{engine}_out", problem))
+                if engine != "slatedb":
+                    server.start(timeout=60)
+                print(f"migrate: {engine}: after the import: "
+                      f"{keep_writing(args, server.dsn(), data_path)}", flush=True)
+            except RuntimeError as e:
+                failures.append((engine, str(e)))
+            finally:
+                server.stop()
+        ok = e2e.report(results, timings, logs, failures)
+    except RuntimeError as e:
+        print(f"migrate: FAILED: {e}")
+    finally:
+        if not args.keep:
+            for db in dbs:
+                common.drop_pg_database(args.pg_dsn, db)
+    if ok and not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
