@@ -3,6 +3,7 @@
 usage: python large_catalog.py --rocklake-bin PATH [--engine slatedb ...] [--pg-dsn DSN]
                                [--tables 1000] [--files-per-table 100] [--columns 20]
                                [--rounds 10] [--ext-dir DIR] [--out FILE.md] [--server-time]
+                               [--import]
 
 Each target (PostgreSQL 15, `rocklake serve` on each engine) gets two catalogs: a small one (one
 wide table of `--files-per-table` data files) and a large one (`--tables` such tables: by
@@ -26,6 +27,10 @@ Then, on each catalog, with DuckDB 1.5.5 (one thread), median of `--rounds`:
 - `ducklake_table_info()` (every table's files and sizes);
 - `ducklake_expire_snapshots` + `ducklake_cleanup_old_files` (one expired snapshot each round).
 
+With `--import` (needs --pg-dsn) RockLake's catalogs are not generated through its SQL layer:
+`rocklake import` copies each PostgreSQL catalog (after PostgreSQL's rounds) into a new store
+of each engine, and the script prints the import's time and rows per second.
+
 With `--server-time` the servers also write their per-statement log (as `server_time.py`
 reads it), and after each RockLake catalog's operations the script prints where the server's
 time went: statements per operation and the shapes that cost most, with their phase split.
@@ -35,6 +40,7 @@ The table gives each operation's median on the small and the large catalog, thei
 is flat), and the large catalog's ratio to PostgreSQL's. Build times are printed too.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -57,6 +63,18 @@ def sql_rows(dsn, sql):
     out = subprocess.run([common.psql_path(), dsn, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
                           "-c", sql], check=True, capture_output=True, text=True)
     return [line.split("|") for line in out.stdout.splitlines() if line]
+
+
+def imported(binary, source, url, what):
+    """`rocklake import` of the catalog at `source` into a new store at `url`, timed."""
+    t0 = time.perf_counter()
+    p = subprocess.run([binary, "--json", "import", source, url], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"large_catalog: rocklake import failed:\n{p.stdout}{p.stderr}")
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    secs = time.perf_counter() - t0
+    print(f"{what}: rocklake import of {got['tables']} tables, {got['rows']} rows in "
+          f"{secs:.1f} s ({got['rows'] / secs:.0f} rows/s)", flush=True)
 
 
 def run_sql(dsn, sql):
@@ -199,7 +217,12 @@ def main():
     ap.add_argument("--server-time", action="store_true",
                     help="run the servers with their per-statement log and print, for each "
                          "operation on each RockLake catalog, the statements that cost most")
+    ap.add_argument("--import", dest="import_", action="store_true",
+                    help="fill RockLake's catalogs with `rocklake import` of PostgreSQL's "
+                         "(timed) instead of generating them through RockLake's SQL layer")
     a = ap.parse_args()
+    if a.import_ and not a.pg_dsn:
+        ap.error("--import copies PostgreSQL's catalogs: it needs --pg-dsn")
     for name in ("tables", "files_per_table", "columns", "rounds"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -230,23 +253,35 @@ def main():
 
     try:
         for size in sizes:
-            if a.pg_dsn:
-                db = f"large_{uuid.uuid4().hex[:8]}"
-                try:
+            db = pg_data = None
+            try:
+                if a.pg_dsn:
+                    db = f"large_{uuid.uuid4().hex[:8]}"
                     cat = common.create_pg_database(a.pg_dsn, db)
-                    run("PostgreSQL 15", size, cat, tempfile.mkdtemp(dir=tmp))
-                finally:
+                    pg_data = tempfile.mkdtemp(dir=tmp)
+                    run("PostgreSQL 15", size, cat, pg_data)
+                for e in a.engine:
+                    folder = os.path.join(tmp, f"{e}-{size}")
+                    url = common.engine_url(e, folder + "-store")
+                    if a.import_:
+                        imported(a.rocklake_bin, cat, url, f"RockLake {e}, {size} catalog")
+                    server = common.Server(a.rocklake_bin, url, folder + "-serve.log")
+                    try:
+                        server.start()
+                        if a.import_:
+                            windows = {} if a.server_time else None
+                            attach = (f"ATTACH 'ducklake:postgres:{server.dsn()}' AS lake "
+                                      f"(DATA_PATH '{pg_data}/')")
+                            results[(f"RockLake {e}", size)] = measure(
+                                attach, a.ext_dir, a.rounds, windows)
+                        else:
+                            run(f"RockLake {e}", size, server.dsn(), tempfile.mkdtemp(dir=tmp),
+                                folder + "-serve.log" if a.server_time else None)
+                    finally:
+                        server.stop()
+            finally:
+                if db:
                     common.drop_pg_database(a.pg_dsn, db)
-            for e in a.engine:
-                folder = os.path.join(tmp, f"{e}-{size}")
-                server = common.Server(a.rocklake_bin, common.engine_url(e, folder + "-store"),
-                                       folder + "-serve.log")
-                try:
-                    server.start()
-                    run(f"RockLake {e}", size, server.dsn(), tempfile.mkdtemp(dir=tmp),
-                        folder + "-serve.log" if a.server_time else None)
-                finally:
-                    server.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

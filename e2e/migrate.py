@@ -13,8 +13,9 @@ the source's row for row, and DuckDB must read the same answers on it too. Last,
 to the imported catalog (a new table, an insert) and reads its writes back.
 
 Bad sources are refused before anything is written, or with nothing left behind: a database
-without a DuckLake catalog, a catalog of a newer DuckLake version, and a source whose last
-table RockLake cannot create (the store then takes the good import). An export into a schema
+without a DuckLake catalog, a catalog of a newer DuckLake version, a table RockLake cannot
+create, and a row it cannot take in the table loaded last (after every other table's rows were
+committed); the store then takes the good import. An export into a schema
 that holds the tables is refused and leaves it as it was.
 """
 import argparse
@@ -92,13 +93,22 @@ def bad_sources(args, tmp, tag, src, url, dbs):
     newer_dsn = common.with_dbname(args.pg_dsn, newer)
     common.psql(newer_dsn, "UPDATE ducklake_metadata SET value = '9.9' WHERE key = 'version'")
     expect_refusal(args, ["import", newer_dsn, url], "is version 9.9")
-    # A table RockLake cannot create, made last: everything before it is loaded first.
+    # A table RockLake cannot create: refused before any row is written.
+    shape = f"mig_shape_{tag}"
+    dbs.append(shape)
+    common.psql(args.pg_dsn, f"CREATE DATABASE {shape} TEMPLATE {src}")
+    shape_dsn = common.with_dbname(args.pg_dsn, shape)
+    common.psql(shape_dsn, "CREATE TABLE zz_extra (p point)")
+    expect_refusal(args, ["import", shape_dsn, url], "creating table zz_extra")
+    # A row RockLake cannot take (a numeric NaN), in the table made last: every other table's
+    # rows are committed first, and then removed again.
     late = f"mig_late_{tag}"
     dbs.append(late)
     common.psql(args.pg_dsn, f"CREATE DATABASE {late} TEMPLATE {src}")
     late_dsn = common.with_dbname(args.pg_dsn, late)
-    common.psql(late_dsn, "CREATE TABLE zz_extra (p point)", "INSERT INTO zz_extra VALUES ('(1,2)')")
-    expect_refusal(args, ["import", late_dsn, url], "nothing of it was written")
+    common.psql(late_dsn, "CREATE TABLE zz_extra (n numeric(10, 2))",
+                "INSERT INTO zz_extra VALUES (1.5), ('NaN')")
+    expect_refusal(args, ["import", late_dsn, url], "what it had written was removed")
 
 
 def keep_writing(args, dsn, data_path):

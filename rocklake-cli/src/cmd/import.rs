@@ -5,9 +5,16 @@
 //! else DuckDB's postgres extension created there) is created and filled through RockLake's
 //! SQL layer, exactly as DuckDB's own statements would have put them: the tag layout places
 //! the keys, DuckDB's ids stay the named keys they are, and the id spaces' marks follow. The
-//! whole load is one transaction on the target: a failure anywhere leaves the store without
-//! a catalog. The source is read in one `REPEATABLE READ` transaction, so a catalog that is
-//! written while the import runs is copied as of one snapshot of it.
+//! source is read in one `REPEATABLE READ` transaction, so a catalog that is written while
+//! the import runs is copied as of one snapshot of it.
+//!
+//! The rows land in transactions of a few MiB each (one transaction of a large catalog's
+//! millions of rows would hold them all in memory twice over, and sled takes many GiB to apply
+//! such a batch). What makes the store a DuckLake catalog is `ducklake_metadata`: it is created
+//! and filled last, in one transaction of its own, so until then DuckDB sees no catalog there.
+//! A failure drops every table the import created, leaving the store without a catalog; a
+//! store an interrupted import left behind (tables, no `ducklake_metadata`) is refused by the
+//! next import, which says so.
 
 use std::time::Instant;
 
@@ -41,30 +48,45 @@ pub(crate) async fn run(source: String, url: String, schema: String, json: bool)
 
     let ks = Keyspace::open(crate::open_writer(&url).await?).await?;
     let db = Database::open(ks).await.map_err(sql_error)?;
-    let held = db.catalog().tables.len();
+    let catalog = db.catalog();
+    let held = catalog.tables.len();
     if held > 0 {
         db.close().await.map_err(sql_error)?;
-        return Err(Error::InvalidArgument(format!(
-            "{url} already holds a catalog ({held} tables); import needs a store without one"
-        )));
+        let unfinished = !catalog.tables.keys().any(|(_, t)| t == "ducklake_metadata");
+        return Err(Error::InvalidArgument(if unfinished {
+            format!(
+                "{url} holds {held} tables but no ducklake_metadata: an import into it did not \
+                 finish; remove the store and import again"
+            )
+        } else {
+            format!(
+                "{url} already holds a catalog ({held} tables); import needs a store without one"
+            )
+        }));
     }
     let mut session = Session::new(db.clone());
-    let loaded = load(&client, &mut session, &schema, &tables, json).await;
-    let outcome = match loaded {
-        Ok(rows) => session.run("COMMIT").await.map(|_| rows),
-        Err(e) => Err(e),
-    };
-    // Whatever happened, the source's read ends; a failed load's transaction is dropped.
+    let mut created = Vec::new();
+    let loaded = load(&client, &mut session, &schema, &tables, &mut created, json).await;
+    // Whatever happened, the source's read ends.
     let _ = client.batch_execute("ROLLBACK").await;
+    let outcome = match loaded {
+        Ok(rows) => Ok(rows),
+        Err(e) => Err(match undo(&mut session, &schema, &created).await {
+            Ok(()) => format!(
+                "import into {url} failed, and what it had written was removed: {}",
+                shown(&e)
+            ),
+            Err(u) => format!(
+                "import into {url} failed: {}; removing what it had written failed too ({}): \
+                 remove the store before importing again",
+                shown(&e),
+                shown(&u)
+            ),
+        }),
+    };
     drop(session);
     db.close().await.map_err(sql_error)?;
-    let rows = outcome.map_err(|e| {
-        Error::InvalidArgument(format!(
-            "import into {url} failed, nothing of it was written: {}{}",
-            e.message,
-            e.detail.map(|d| format!(" ({d})")).unwrap_or_default()
-        ))
-    })?;
+    let rows = outcome.map_err(Error::InvalidArgument)?;
     let secs = started.elapsed().as_secs_f64();
     let total: u64 = rows.iter().map(|(_, n)| n).sum();
     if json {
@@ -89,37 +111,93 @@ pub(crate) async fn run(source: String, url: String, schema: String, json: bool)
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// Create and fill every table inside one open transaction of `session`; the rows per table.
+/// Create every table (`ducklake_metadata` last) and fill it; the rows per table. `created`
+/// gets each table whose creation committed.
 async fn load(
     client: &Client,
     session: &mut Session,
     schema: &str,
     tables: &[Table],
+    created: &mut Vec<String>,
     quiet: bool,
 ) -> Result<Vec<(String, u64)>, SqlError> {
+    let (last, rest): (Vec<&Table>, Vec<&Table>) =
+        tables.iter().partition(|t| t.name == "ducklake_metadata");
+    // Every other table first, in one transaction.
     session.run("BEGIN").await?;
     if schema != "public" {
         session
             .run(&format!("CREATE SCHEMA {}", catalog_copy::quote(schema)))
             .await?;
     }
+    for t in &rest {
+        create(session, schema, t).await?;
+    }
+    session.run("COMMIT").await?;
+    created.extend(rest.iter().map(|t| t.name.clone()));
     let mut done = Vec::with_capacity(tables.len());
-    for t in tables {
+    for t in &rest {
         let t0 = Instant::now();
-        session.run(&t.create_sql(schema)).await.map_err(|e| {
-            SqlError::new(e.code, format!("creating table {}: {}", t.name, e.message))
-        })?;
         let n = copy_table(client, session, schema, t).await?;
-        if !quiet {
-            eprintln!(
-                "  {:<40} {n:>10} rows {:>7.1} s",
-                t.name,
-                t0.elapsed().as_secs_f64()
-            );
-        }
+        progress(quiet, &t.name, n, t0);
+        done.push((t.name.clone(), n));
+    }
+    // The table that makes it a catalog, whole, in one transaction.
+    for t in last {
+        let t0 = Instant::now();
+        session.run("BEGIN").await?;
+        create(session, schema, t).await?;
+        let n = copy_table(client, session, schema, t).await?;
+        session.run("COMMIT").await?;
+        progress(quiet, &t.name, n, t0);
         done.push((t.name.clone(), n));
     }
     Ok(done)
+}
+
+async fn create(session: &mut Session, schema: &str, t: &Table) -> Result<(), SqlError> {
+    session
+        .run(&t.create_sql(schema))
+        .await
+        .map(|_| ())
+        .map_err(|e| SqlError::new(e.code, format!("creating table {}: {}", t.name, e.message)))
+}
+
+fn progress(quiet: bool, table: &str, rows: u64, since: Instant) {
+    if !quiet {
+        eprintln!(
+            "  {table:<40} {rows:>10} rows {:>7.1} s",
+            since.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// After a failure: end an open transaction and drop every table the import created (each
+/// in its own transaction), and its schema.
+async fn undo(session: &mut Session, schema: &str, created: &[String]) -> Result<(), SqlError> {
+    session.run("ROLLBACK").await?;
+    for name in created.iter().rev() {
+        session
+            .run(&format!(
+                "DROP TABLE {}.{}",
+                catalog_copy::quote(schema),
+                catalog_copy::quote(name)
+            ))
+            .await?;
+    }
+    if schema != "public" && !created.is_empty() {
+        session
+            .run(&format!("DROP SCHEMA {}", catalog_copy::quote(schema)))
+            .await?;
+    }
+    Ok(())
+}
+
+fn shown(e: &SqlError) -> String {
+    match &e.detail {
+        Some(d) => format!("{} ({d})", e.message),
+        None => e.message.clone(),
+    }
 }
 
 /// Stream one table's rows from the source's `COPY ... TO STDOUT` into RockLake's `COPY ...
