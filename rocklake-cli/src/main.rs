@@ -250,6 +250,10 @@ enum Command {
         /// query before it spills, this bounds the whole statement.
         #[arg(long, value_parser = memory_size)]
         work_mem: Option<usize>,
+        /// Serve Prometheus metrics on this address (`GET /metrics`), with `/healthz` and
+        /// `/readyz`, e.g. 127.0.0.1:9187. Off by default.
+        #[arg(long)]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Print the tag registry (as markdown with --markdown).
     Tags {
@@ -315,6 +319,7 @@ async fn main_job(_json: bool) -> CliResult {
         idle: rocklake_sql::IdleLimits::default(),
         max_memory: DEFAULT_MAX_MEMORY,
         work_mem: DEFAULT_MAX_MEMORY / 4,
+        metrics_listen: None,
     })
     .await
 }
@@ -489,6 +494,7 @@ async fn run(command: Command, json: bool) -> CliResult {
             idle_session_timeout,
             max_memory,
             work_mem,
+            metrics_listen,
         } => {
             cmd::serve::run(cmd::serve::ServeArgs {
                 url,
@@ -506,6 +512,7 @@ async fn run(command: Command, json: bool) -> CliResult {
                 },
                 max_memory,
                 work_mem: work_mem.unwrap_or(max_memory / 4),
+                metrics_listen,
             })
             .await
         }

@@ -40,6 +40,32 @@ pub struct GroupCommit {
     leading: AtomicBool,
     /// Woken when a leader finishes (or gives up).
     done: Notify,
+    /// The flushes that made batches durable, and how many each covered.
+    flushes: FlushCounts,
+}
+
+/// The upper bounds of the flush-size buckets [`FlushStats::covering`] counts (a flush that
+/// covered more than the last falls in none of them, only in the total).
+pub const FLUSH_SIZE_BOUNDS: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+#[derive(Debug, Default)]
+struct FlushCounts {
+    flushes: std::sync::atomic::AtomicU64,
+    batches: std::sync::atomic::AtomicU64,
+    covering: [std::sync::atomic::AtomicU64; FLUSH_SIZE_BOUNDS.len()],
+}
+
+/// What a [`GroupCommit`]'s flushes have done so far (for a server's metrics): how many made
+/// batches durable, how many batches they covered in all, and how many covered at most each of
+/// [`FLUSH_SIZE_BOUNDS`] (cumulative, as a Prometheus histogram counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlushStats {
+    /// Flushes that made at least one batch durable.
+    pub flushes: u64,
+    /// Batches those flushes covered.
+    pub batches: u64,
+    /// Flushes that covered at most `FLUSH_SIZE_BOUNDS[i]` batches.
+    pub covering: [u64; FLUSH_SIZE_BOUNDS.len()],
 }
 
 /// How many times a flush leader yields to transactions still being built or queued before it
@@ -82,6 +108,18 @@ impl Drop for Applying<'_> {
     }
 }
 
+impl FlushCounts {
+    fn record(&self, batches: u64) {
+        self.flushes.fetch_add(1, AtomicOrdering::Relaxed);
+        self.batches.fetch_add(batches, AtomicOrdering::Relaxed);
+        for (bound, count) in FLUSH_SIZE_BOUNDS.iter().zip(&self.covering) {
+            if batches <= *bound {
+                count.fetch_add(1, AtomicOrdering::Relaxed);
+            }
+        }
+    }
+}
+
 impl GroupCommit {
     /// A transaction began: count it as building.
     pub fn building(&self) {
@@ -114,6 +152,16 @@ impl GroupCommit {
     /// Every batch numbered at most this is durable.
     pub fn durable(&self) -> u64 {
         self.durable.load(AtomicOrdering::Acquire)
+    }
+
+    /// What the flushes have done so far.
+    pub fn flush_stats(&self) -> FlushStats {
+        let f = &self.flushes;
+        FlushStats {
+            flushes: f.flushes.load(AtomicOrdering::Relaxed),
+            batches: f.batches.load(AtomicOrdering::Relaxed),
+            covering: std::array::from_fn(|i| f.covering[i].load(AtomicOrdering::Relaxed)),
+        }
     }
 
     /// The number of the last batch applied (0 before the first).
@@ -163,7 +211,10 @@ impl GroupCommit {
             let upto = self.applied.load(AtomicOrdering::Acquire);
             let synced = sync().await;
             if synced.is_ok() {
-                self.durable.fetch_max(upto, AtomicOrdering::AcqRel);
+                let before = self.durable.fetch_max(upto, AtomicOrdering::AcqRel);
+                if upto > before {
+                    self.flushes.record(upto - before);
+                }
             }
             return synced;
         }

@@ -155,6 +155,17 @@ pub fn system_clock() -> Clock {
     })
 }
 
+/// What a key space's commits have done since it opened ([`Keyspace::commit_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Commits applied (batches that wrote something), durable or not yet.
+    pub applied: u64,
+    /// Of those, the ones made durable so far (every batch numbered up to this).
+    pub durable: u64,
+    /// The durable flushes and how many commits each covered (group commit).
+    pub flushes: crate::group_commit::FlushStats,
+}
+
 impl Keyspace {
     /// Open for writing with default options: initialise an empty store, raise the writer
     /// epoch (fencing any older writer) and load the id spaces.
@@ -247,6 +258,16 @@ impl Keyspace {
     /// The backend underneath.
     pub fn backend(&self) -> &Arc<dyn KvBackend> {
         &self.inner.backend
+    }
+
+    /// What this key space's commits have done since it opened (for a server's metrics).
+    pub fn commit_stats(&self) -> CommitStats {
+        let group = &self.inner.group;
+        CommitStats {
+            applied: group.last_applied(),
+            durable: group.durable(),
+            flushes: group.flush_stats(),
+        }
     }
 
     /// The writer epoch held, `None` when read-only.

@@ -51,7 +51,7 @@ pub use backend::{
 pub use engine::{Engine, EngineBackend};
 pub use error::{Error, ErrorKind, Result};
 pub use keys::Key;
-pub use keyspace::{Keyspace, KeyspaceOptions};
+pub use keyspace::{CommitStats, Keyspace, KeyspaceOptions};
 pub use keystone::IdSpace;
 pub use maintenance::{Admin, PurgeReport};
 pub use memory::{MemoryBackend, MemoryEngine};

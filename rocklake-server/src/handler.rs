@@ -82,6 +82,15 @@ pub(crate) struct Conn {
     idle_defaults: IdleLimits,
     /// The connection's cancel handle while an Execute runs (see `on_execute`).
     cancel: Mutex<Option<Arc<ConnectionHandle>>>,
+    pub(crate) metrics: Arc<crate::Metrics>,
+    /// Its id among the metrics' open transactions.
+    id: u64,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.metrics.transaction(self.id, false);
+    }
 }
 
 impl Conn {
@@ -104,8 +113,11 @@ impl Conn {
         peer: std::net::SocketAddr,
         idle: tokio::sync::watch::Sender<IdleLimits>,
         idle_defaults: IdleLimits,
+        metrics: Arc<crate::Metrics>,
     ) -> Conn {
         Conn {
+            id: metrics.connection_id(),
+            metrics,
             idle,
             idle_defaults,
             cancel: Mutex::new(None),
@@ -527,6 +539,10 @@ impl Conn {
                 }
                 Piece::Done(Ok(out)) => {
                     streaming = None;
+                    // A COPY FROM STDIN is counted when its rows are in (or it failed).
+                    if !matches!(out, Output::CopyIn { .. }) {
+                        self.metrics.statement(Ok(&out.tag()));
+                    }
                     if self.send_output(client, out).await? {
                         // COPY FROM STDIN: the client sends the rows next.
                         return Ok(true);
@@ -534,6 +550,7 @@ impl Conn {
                 }
                 Piece::Done(Err(e)) => {
                     streaming = None;
+                    self.metrics.statement(Err(&e));
                     self.log_failure(&e, sql);
                     client
                         .feed(PgWireBackendMessage::ErrorResponse(error_info(&e).into()))
@@ -640,6 +657,8 @@ impl SimpleQueryHandler for Conn {
                 self.send_pieces(client, from, &sql)
             );
             drop(cancel);
+            self.metrics
+                .message(started.elapsed(), &session.phases().since(&phases));
             // Where this message's time went in the SQL layer (`RUST_LOG=rocklake_server=debug`);
             // the time spent sending is in it.
             tracing::debug!(
@@ -765,6 +784,7 @@ impl CopyHandler for Conn {
         };
         client.set_transaction_status(status_of(session.status()));
         self.publish(&session);
+        self.metrics.outcome(&result);
         match result {
             Ok(out) => {
                 client
@@ -789,6 +809,7 @@ impl CopyHandler for Conn {
         let e = session.copy_fail(&fail.message).await;
         client.set_transaction_status(status_of(session.status()));
         self.publish(&session);
+        self.metrics.statement(Err(&e));
         user_error(&e)
     }
 }
@@ -1065,10 +1086,17 @@ impl ExtendedQueryHandler for Conn {
     {
         let mut session = self.session().await;
         let (params, cancel) = self.start_portal(&mut session, portal).await?;
+        let started = std::time::Instant::now();
+        let phases = session.phases();
         let mut results = session
             .execute_with_params(&portal.statement.statement, &params)
             .await;
         drop(cancel);
+        self.metrics
+            .message(started.elapsed(), &session.phases().since(&phases));
+        for r in &results {
+            self.metrics.outcome(r);
+        }
         client.set_transaction_status(status_of(session.status()));
         self.publish(&session);
         if results.len() > 1 {
@@ -1382,6 +1410,8 @@ impl Conn {
 
     /// The session's idle limits, as its settings have them after a statement, to the relay.
     fn publish(&self, session: &Session) {
+        self.metrics
+            .transaction(self.id, session.status() != Status::Idle);
         let limits = session.idle_limits();
         self.idle
             .send_if_modified(|l| std::mem::replace(l, limits) != limits);

@@ -28,11 +28,13 @@ use tokio::task::JoinSet;
 
 mod auth;
 mod handler;
+pub mod metrics;
 mod relay;
 mod startup;
 pub mod wire;
 
 pub use auth::PasswordSource;
+pub use metrics::Metrics;
 
 /// How a server listens and whom it lets in.
 #[derive(Clone, Debug)]
@@ -146,6 +148,7 @@ pub struct Server {
     db: Arc<Database>,
     options: ServerOptions,
     password: Option<Arc<PasswordSource>>,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Server {
@@ -178,10 +181,16 @@ impl Server {
             .map(|p| Arc::new(PasswordSource::new(p)));
         Ok(Server {
             listener,
+            metrics: Metrics::new(db.clone()),
             db,
             options,
             password,
         })
+    }
+
+    /// What it counts (see [`metrics`]): serve it with [`metrics::serve_http`].
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
     }
 
     /// The address it listens on.
@@ -208,6 +217,7 @@ impl Server {
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
         tracing::info!(listen = %self.local_addr(), max_connections = max, "serving");
+        self.metrics.set_ready(true);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -239,6 +249,7 @@ impl Server {
                         max,
                         deadline: tokio::time::Instant::now() + self.options.authentication_timeout,
                         idle: self.options.idle,
+                        metrics: self.metrics.clone(),
                     };
                     tasks.spawn(connection.serve(socket, peer, waiting));
                 }
@@ -246,6 +257,7 @@ impl Server {
             }
         }
         drop(self.listener);
+        self.metrics.set_ready(false);
         tracing::info!(open = tasks.len(), "stopping: no new connections");
         let grace = tokio::time::sleep(self.options.grace);
         tokio::pin!(grace);
@@ -291,6 +303,7 @@ struct Connection {
     deadline: tokio::time::Instant,
     /// The server's idle limits, before the client's own settings.
     idle: rocklake_sql::IdleLimits,
+    metrics: Arc<Metrics>,
 }
 
 impl Connection {
@@ -309,6 +322,7 @@ impl Connection {
         self.shared.waited(waiting.id);
         let Some(started) = started else { return };
         if self.require_tls && !started.encrypted && !started.cancel {
+            self.metrics.refused("tls_required");
             relay::refuse(
                 started.stream,
                 "28000",
@@ -325,6 +339,7 @@ impl Connection {
             match self.shared.take_slot(self.max) {
                 Some(slot) => Some(slot),
                 None => {
+                    self.metrics.refused("too_many_connections");
                     relay::refuse(started.stream, "53300", "sorry, too many clients already").await;
                     return;
                 }
@@ -342,6 +357,7 @@ impl Connection {
                         rocklake_sql::session::check_startup_setting(name, value).err()
                     });
             if let Some(e) = refused {
+                self.metrics.refused("startup_setting");
                 let before = if self.password.is_none() {
                     relay::AUTHENTICATION_OK
                 } else {
@@ -361,10 +377,17 @@ impl Connection {
                 return;
             }
         };
+        let _session = (!started.cancel).then(|| self.metrics.session());
         let (login, logged_in) = tokio::sync::watch::channel(false);
         let (idle, idle_limits) = tokio::sync::watch::channel(self.idle);
         let handlers = handler::Handlers {
-            conn: Arc::new(handler::Conn::new(self.db.clone(), peer, idle, self.idle)),
+            conn: Arc::new(handler::Conn::new(
+                self.db.clone(),
+                peer,
+                idle,
+                self.idle,
+                self.metrics.clone(),
+            )),
             params: self.params.clone(),
             manager: self.manager.clone(),
             pids: self.pids.clone(),

@@ -28,6 +28,8 @@ pub(crate) struct ServeArgs {
     pub(crate) max_memory: usize,
     /// Bytes one statement may hold at once.
     pub(crate) work_mem: usize,
+    /// Where to serve Prometheus metrics, `/healthz` and `/readyz`.
+    pub(crate) metrics_listen: Option<SocketAddr>,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> CliResult {
@@ -92,6 +94,25 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         .await
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
     let addr = server.local_addr();
+    // Bound before the ATTACH line is printed, so a taken port fails the start.
+    let metrics = match args.metrics_listen {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at).await.map_err(|e| {
+                Error::InvalidArgument(format!("cannot listen for metrics on {at}: {e}"))
+            })?;
+            let at = listener.local_addr().unwrap_or(at);
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            tokio::spawn(rocklake_server::metrics::serve_http(
+                listener,
+                server.metrics(),
+                async move {
+                    let _ = stopped.await;
+                },
+            ));
+            Some((at, stop))
+        }
+        None => None,
+    };
     let auth = if password.is_some() {
         " password=<ROCKLAKE_PASSWORD>"
     } else {
@@ -109,6 +130,9 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         addr.ip(),
         addr.port()
     );
+    if let Some((at, _)) = &metrics {
+        println!("Metrics: http://{at}/metrics (and /healthz, /readyz)");
+    }
     println!("Stop with Ctrl-C (or SIGTERM): open transactions roll back, the store is flushed.");
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -116,6 +140,8 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         .run(shutdown)
         .await
         .map_err(|e| Error::InvalidArgument(format!("server failed: {e}")))?;
+    // /readyz said 503 from the moment the server stopped accepting; the listener ends now.
+    drop(metrics);
     db.close()
         .await
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;

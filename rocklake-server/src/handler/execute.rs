@@ -101,6 +101,7 @@ async fn send_pieces<C>(
     client: &mut C,
     mut from: tokio::sync::mpsc::Receiver<Piece>,
     format: &Format,
+    metrics: &crate::Metrics,
 ) -> PgWireResult<Executed>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
@@ -132,6 +133,9 @@ where
             }
             Piece::Done(Ok(out)) => {
                 let tag = out.tag();
+                if !matches!(out, Output::CopyIn { .. }) {
+                    metrics.statement(Ok(&tag));
+                }
                 let sent = match out.into_rows() {
                     Output::Rows { schema, batches } => match columns_in(format, &schema) {
                         Ok(types) => {
@@ -164,7 +168,10 @@ where
                     Err(e) => outcome = Executed::Failed(e),
                 }
             }
-            Piece::Done(Err(e)) => outcome = Executed::Failed(e),
+            Piece::Done(Err(e)) => {
+                metrics.statement(Err(&e));
+                outcome = Executed::Failed(e)
+            }
         }
     }
     Ok(outcome)
@@ -231,12 +238,16 @@ impl Conn {
         }
         let mut session = self.session().await;
         let (params, cancel) = self.start_portal(&mut session, portal).await?;
+        let started = std::time::Instant::now();
+        let phases = session.phases();
         let (to, from) = tokio::sync::mpsc::channel::<Piece>(2);
         let (_, sent) = tokio::join!(
             session.execute_streaming_with_params(sql, &params, to),
-            send_pieces(client, from, &portal.result_column_format)
+            send_pieces(client, from, &portal.result_column_format, &self.metrics)
         );
         drop(cancel);
+        self.metrics
+            .message(started.elapsed(), &session.phases().since(&phases));
         let failed = match sent? {
             Executed::Done => None,
             Executed::Failed(e) => Some(e),

@@ -17,6 +17,7 @@ use tokio_postgres::{Client, NoTls};
 pub struct Running {
     pub addr: SocketAddr,
     pub db: Arc<Database>,
+    pub metrics: Arc<rocklake_server::Metrics>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     _dir: Option<tempfile::TempDir>,
@@ -87,6 +88,7 @@ pub async fn serve_backend(
     }
     let server = Server::bind(db.clone(), options).await.unwrap();
     let addr = server.local_addr();
+    let metrics = server.metrics();
     let (tx, rx) = oneshot::channel();
     let task = tokio::spawn(server.run(async {
         let _ = rx.await;
@@ -94,6 +96,7 @@ pub async fn serve_backend(
     Running {
         addr,
         db,
+        metrics,
         stop: Some(tx),
         task: Some(task),
         _dir: None,
