@@ -87,6 +87,48 @@ def maintain(args, url):
     return f"retain-from {oldest}; gc: {gc[-1] if gc else ''}; verify: {verify[-1] if verify else ''}"
 
 
+def scrape(port):
+    """The server's metrics: `name{labels}` -> value."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def check_metrics(port, steps):
+    """After the workload, the server's metrics must have moved as the workload did: a
+    statement for every step DuckDB ran (it sends several per step), commits each covered by
+    one flush, and no transaction left open. (The steps that must fail fail in DuckDB, not
+    on the catalog server.) Returns a problem or None; prints the figures."""
+    m = scrape(port)
+    ok = sum(v for k, v in m.items()
+             if k.startswith("rocklake_statements_total{") and 'sqlstate="00000"' in k)
+    failed = sum(v for k, v in m.items()
+                 if k.startswith("rocklake_statements_total{") and 'sqlstate="00000"' not in k)
+    commits = m.get("rocklake_commits_total", 0)
+    flushes = m.get("rocklake_group_commit_size_count", 0)
+    print(f"e2e: metrics: {ok:.0f} statements ok, {failed:.0f} failed, {commits:.0f} commits in "
+          f"{flushes:.0f} flushes, {m.get('rocklake_connections_accepted_total', 0):.0f} "
+          f"sessions", flush=True)
+    problems = []
+    if ok < len(steps):
+        problems.append(f"{ok:.0f} successful statements for {len(steps)} steps")
+    if commits < 1 or m.get("rocklake_durable_commits_total") != commits:
+        problems.append(f"commits {commits}, durable {m.get('rocklake_durable_commits_total')}")
+    if m.get("rocklake_group_commit_size_sum") != m.get("rocklake_durable_commits_total"):
+        problems.append("the flushes do not cover the durable commits exactly once")
+    if m.get("rocklake_open_transactions") != 0:
+        problems.append(f"{m.get('rocklake_open_transactions')} transactions left open")
+    if m.get("rocklake_ready") != 1:
+        problems.append("not ready while serving")
+    return f"metrics: {'; '.join(problems)}" if problems else None
+
+
 def compare(ref, cand):
     """Per step name: 'match', 'DIFFER', 'ERROR' or 'missing'."""
     by_name = {s["name"]: s for s in cand}
@@ -199,13 +241,18 @@ def main():
             targets.append((f"url{i + 1}", url))
         for col, url in targets:
             log = os.path.join(tmp, f"{col}-serve.log")
-            server = common.Server(args.rocklake_bin, url, log)
+            metrics_port = common.free_port()
+            server = common.Server(args.rocklake_bin, url, log,
+                                   extra_args=["--metrics-listen", f"127.0.0.1:{metrics_port}"])
             try:
                 server.start(timeout=60)
                 steps, secs, problem, data_path = run_workload(args, tmp, col, server.dsn())
                 results[col], timings[col] = steps, secs
                 if problem:
                     failures.append((col, problem))
+                metrics_problem = check_metrics(metrics_port, steps)
+                if metrics_problem:
+                    failures.append((col, metrics_problem))
                 if args.maintain and not problem:
                     # DuckLake's own expiry of all but the last snapshots, then RockLake's
                     # maintenance on the stopped server's store, a restart and a read of it all.
