@@ -81,34 +81,33 @@ def expect_refusal(args, argv, words):
     print(f"migrate: refused as it must: {err.strip().splitlines()[-1][:200]}", flush=True)
 
 
-def bad_sources(args, tmp, tag, src, url, dbs):
+def changed_copy(args, src, name, dbs, *sql):
+    """A new database made from the source's, then changed by `sql`; its libpq string."""
+    dbs.append(name)
+    common.psql(args.pg_dsn, f"CREATE DATABASE {name} TEMPLATE {src}")
+    dsn = common.with_dbname(args.pg_dsn, name)
+    common.psql(dsn, *sql)
+    return dsn
+
+
+def bad_sources(args, tag, src, url, dbs):
     """The refusals; each leaves `url` without a catalog (the caller's import proves it)."""
     empty = f"mig_empty_{tag}"
     dbs.append(empty)
     expect_refusal(args, ["import", common.create_pg_database(args.pg_dsn, empty), url],
                    "holds no DuckLake catalog")
-    newer = f"mig_newer_{tag}"
-    dbs.append(newer)
-    common.psql(args.pg_dsn, f"CREATE DATABASE {newer} TEMPLATE {src}")
-    newer_dsn = common.with_dbname(args.pg_dsn, newer)
-    common.psql(newer_dsn, "UPDATE ducklake_metadata SET value = '9.9' WHERE key = 'version'")
-    expect_refusal(args, ["import", newer_dsn, url], "is version 9.9")
+    newer = changed_copy(args, src, f"mig_newer_{tag}", dbs,
+                         "UPDATE ducklake_metadata SET value = '9.9' WHERE key = 'version'")
+    expect_refusal(args, ["import", newer, url], "is version 9.9")
     # A table RockLake cannot create: refused before any row is written.
-    shape = f"mig_shape_{tag}"
-    dbs.append(shape)
-    common.psql(args.pg_dsn, f"CREATE DATABASE {shape} TEMPLATE {src}")
-    shape_dsn = common.with_dbname(args.pg_dsn, shape)
-    common.psql(shape_dsn, "CREATE TABLE zz_extra (p point)")
-    expect_refusal(args, ["import", shape_dsn, url], "creating table zz_extra")
+    shape = changed_copy(args, src, f"mig_shape_{tag}", dbs, "CREATE TABLE zz_extra (p point)")
+    expect_refusal(args, ["import", shape, url], "creating table zz_extra")
     # A row RockLake cannot take (a numeric NaN), in the table made last: every other table's
     # rows are committed first, and then removed again.
-    late = f"mig_late_{tag}"
-    dbs.append(late)
-    common.psql(args.pg_dsn, f"CREATE DATABASE {late} TEMPLATE {src}")
-    late_dsn = common.with_dbname(args.pg_dsn, late)
-    common.psql(late_dsn, "CREATE TABLE zz_extra (n numeric(10, 2))",
-                "INSERT INTO zz_extra VALUES (1.5), ('NaN')")
-    expect_refusal(args, ["import", late_dsn, url], "what it had written was removed")
+    late = changed_copy(args, src, f"mig_late_{tag}", dbs,
+                        "CREATE TABLE zz_extra (n numeric(10, 2))",
+                        "INSERT INTO zz_extra VALUES (1.5), ('NaN')")
+    expect_refusal(args, ["import", late, url], "what it had written was removed")
 
 
 def keep_writing(args, dsn, data_path):
@@ -162,7 +161,7 @@ def main():
         for i, engine in enumerate(args.engine):
             url = common.engine_url(engine, os.path.join(tmp, f"{engine}-store"))
             if i == 0:
-                bad_sources(args, tmp, tag, src, url, dbs)
+                bad_sources(args, tag, src, url, dbs)
             t0 = time.monotonic()
             out, _ = cli(args, "--json", "import", src_dsn, url)
             got = json.loads(out.strip().splitlines()[-1])

@@ -1,7 +1,10 @@
 //! What `rocklake import` and `rocklake export` share: reaching a PostgreSQL catalog, the
 //! shape of one table on either side, and which DuckLake catalog versions this build moves.
 
+use std::time::Instant;
+
 use rocklake::Error;
+use serde_json::json;
 use tokio_postgres::{Client, NoTls};
 
 /// The DuckLake catalog versions this build imports and exports: what the DuckDB release it
@@ -183,4 +186,35 @@ pub(crate) fn check_version(version: &str, schema: &str) -> Result<(), Error> {
          needs a newer RockLake)",
         DUCKLAKE_VERSIONS.join(", ")
     )))
+}
+
+/// Print what was moved: rows per table as JSON, or the line `text(tables, rows, seconds,
+/// rows per second)` makes.
+pub(crate) fn report(
+    rows: &[(String, u64)],
+    started: Instant,
+    json: bool,
+    text: impl FnOnce(usize, u64, f64, f64) -> String,
+) {
+    let secs = started.elapsed().as_secs_f64();
+    let total: u64 = rows.iter().map(|(_, n)| n).sum();
+    let rate = total as f64 / secs.max(1e-9);
+    if json {
+        let per_table: Vec<_> = rows
+            .iter()
+            .map(|(t, n)| json!({"table": t, "rows": n}))
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "tables": rows.len(),
+                "rows": total,
+                "seconds": secs,
+                "rows_per_second": rate,
+                "per_table": per_table,
+            })
+        );
+    } else {
+        println!("{}", text(rows.len(), total, secs, rate));
+    }
 }

@@ -15,7 +15,6 @@ use rocklake_sql::datafusion::arrow::array::RecordBatch;
 use rocklake_sql::relation::RelDef;
 use rocklake_sql::types::SqlType;
 use rocklake_sql::{Database, Output, Session, SqlError};
-use serde_json::json;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
@@ -32,26 +31,11 @@ pub(crate) async fn run(url: String, target: String, schema: String, json: bool)
     let result = export(&db, &url, &target, &schema, json).await;
     db.close().await.map_err(sql_error)?;
     let rows = result?;
-    let secs = started.elapsed().as_secs_f64();
-    let total: u64 = rows.iter().map(|(_, n)| n).sum();
-    if json {
-        println!(
-            "{}",
-            json!({
-                "tables": rows.len(),
-                "rows": total,
-                "seconds": secs,
-                "rows_per_second": total as f64 / secs.max(1e-9),
-                "per_table": rows.iter().map(|(t, n)| json!({"table": t, "rows": n})).collect::<Vec<_>>(),
-            })
-        );
-    } else {
-        println!(
-            "exported {} tables, {total} rows from {url} in {secs:.1} s ({:.0} rows/s)",
-            rows.len(),
-            total as f64 / secs.max(1e-9)
-        );
-    }
+    catalog_copy::report(&rows, started, json, |tables, total, secs, rate| {
+        format!(
+            "exported {tables} tables, {total} rows from {url} in {secs:.1} s ({rate:.0} rows/s)"
+        )
+    });
     Ok(std::process::ExitCode::SUCCESS)
 }
 

@@ -21,7 +21,6 @@ use std::time::Instant;
 use futures::{pin_mut, StreamExt};
 use rocklake::{Error, Keyspace};
 use rocklake_sql::{Database, Output, Session, SqlError};
-use serde_json::json;
 use tokio_postgres::Client;
 
 use crate::cmd::catalog_copy::{self, Table};
@@ -87,27 +86,12 @@ pub(crate) async fn run(source: String, url: String, schema: String, json: bool)
     drop(session);
     db.close().await.map_err(sql_error)?;
     let rows = outcome.map_err(Error::InvalidArgument)?;
-    let secs = started.elapsed().as_secs_f64();
-    let total: u64 = rows.iter().map(|(_, n)| n).sum();
-    if json {
-        println!(
-            "{}",
-            json!({
-                "tables": rows.len(),
-                "rows": total,
-                "seconds": secs,
-                "rows_per_second": total as f64 / secs.max(1e-9),
-                "per_table": rows.iter().map(|(t, n)| json!({"table": t, "rows": n})).collect::<Vec<_>>(),
-            })
-        );
-    } else {
-        println!(
-            "imported {} tables, {total} rows into {url} in {secs:.1} s ({:.0} rows/s); \
-             `rocklake verify {url}` checks the store",
-            rows.len(),
-            total as f64 / secs.max(1e-9)
-        );
-    }
+    catalog_copy::report(&rows, started, json, |tables, total, secs, rate| {
+        format!(
+            "imported {tables} tables, {total} rows into {url} in {secs:.1} s ({rate:.0} rows/s); \
+             `rocklake verify {url}` checks the store"
+        )
+    });
     Ok(std::process::ExitCode::SUCCESS)
 }
 
