@@ -66,15 +66,22 @@ def sql_rows(dsn, sql):
 
 
 def imported(binary, source, url, what):
-    """`rocklake import` of the catalog at `source` into a new store at `url`, timed."""
+    """`rocklake import` of the catalog at `source` into a new store at `url`, timed, with the
+    import's peak memory (its maximum resident set, from GNU time where it is installed)."""
+    cmd = [binary, "--json", "import", source, url]
+    gnu_time = shutil.which("time") if os.path.exists("/usr/bin/time") else None
+    if gnu_time:
+        cmd = ["/usr/bin/time", "-f", "peak-rss-kib %M"] + cmd
     t0 = time.perf_counter()
-    p = subprocess.run([binary, "--json", "import", source, url], capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    secs = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"large_catalog: rocklake import failed:\n{p.stdout}{p.stderr}")
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    secs = time.perf_counter() - t0
+    peak = [ln.split()[1] for ln in p.stderr.splitlines() if ln.startswith("peak-rss-kib ")]
     print(f"{what}: rocklake import of {got['tables']} tables, {got['rows']} rows in "
-          f"{secs:.1f} s ({got['rows'] / secs:.0f} rows/s)", flush=True)
+          f"{secs:.1f} s ({got['rows'] / secs:.0f} rows/s)"
+          + (f", peak memory {int(peak[-1]) / 1024:.0f} MiB" if peak else ""), flush=True)
 
 
 def run_sql(dsn, sql):
