@@ -69,8 +69,7 @@ def imported(binary, source, url, what):
     """`rocklake import` of the catalog at `source` into a new store at `url`, timed, with the
     import's peak memory (its maximum resident set, from GNU time where it is installed)."""
     cmd = [binary, "--json", "import", source, url]
-    gnu_time = shutil.which("time") if os.path.exists("/usr/bin/time") else None
-    if gnu_time:
+    if os.path.exists("/usr/bin/time"):
         cmd = ["/usr/bin/time", "-f", "peak-rss-kib %M"] + cmd
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)

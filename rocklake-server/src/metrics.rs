@@ -349,7 +349,6 @@ impl Collector for Live {
             MetricType::Gauge,
         )?;
         g.encode(m.encode_family(&info)?)?;
-        let _ = &mut m;
         Ok(())
     }
 }

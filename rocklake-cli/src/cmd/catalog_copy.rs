@@ -33,6 +33,24 @@ impl Table {
         names.join(", ")
     }
 
+    /// `COPY` of every row, in column order, to the client (PostgreSQL's text form).
+    pub fn copy_out_sql(&self, schema: &str) -> String {
+        format!(
+            "COPY (SELECT {} FROM {}) TO STDOUT",
+            self.column_list(),
+            self.qualified(schema)
+        )
+    }
+
+    /// `COPY` of rows in column order from the client (PostgreSQL's text form).
+    pub fn copy_in_sql(&self, schema: &str) -> String {
+        format!(
+            "COPY {} ({}) FROM STDIN",
+            self.qualified(schema),
+            self.column_list()
+        )
+    }
+
     /// The `CREATE TABLE` that makes this table in `schema`.
     pub fn create_sql(&self, schema: &str) -> String {
         let mut parts: Vec<String> = self

@@ -213,11 +213,7 @@ async fn copy_table(
         .await
         .map_err(|e| format!("creating {}: {}", t.name, catalog_copy::pg_message(&e)))?;
     let out = session
-        .run(&format!(
-            "COPY (SELECT {} FROM {}) TO STDOUT",
-            t.column_list(),
-            t.qualified(schema)
-        ))
+        .run(&t.copy_out_sql(schema))
         .await
         .map_err(|e| format!("reading {}: {}", t.name, e.message))?;
     let batches = match out {
@@ -225,11 +221,7 @@ async fn copy_table(
         other => return Err(format!("reading {} answered {}", t.name, other.tag())),
     };
     let sink = client
-        .copy_in(&format!(
-            "COPY {} ({}) FROM STDIN",
-            t.qualified(schema),
-            t.column_list()
-        ))
+        .copy_in(&t.copy_in_sql(schema))
         .await
         .map_err(|e| format!("writing {}: {}", t.name, catalog_copy::pg_message(&e)))?;
     pin_mut!(sink);

@@ -193,11 +193,7 @@ async fn copy_table(
     t: &Table,
 ) -> Result<u64, SqlError> {
     let stream = client
-        .copy_out(&format!(
-            "COPY (SELECT {} FROM {}) TO STDOUT",
-            t.column_list(),
-            t.qualified(schema)
-        ))
+        .copy_out(&t.copy_out_sql(schema))
         .await
         .map_err(|e| source_error(&t.name, e))?;
     pin_mut!(stream);
@@ -224,11 +220,7 @@ async fn load_lines(
     t: &Table,
     data: &[u8],
 ) -> Result<u64, SqlError> {
-    let sql = format!(
-        "COPY {} ({}) FROM STDIN",
-        t.qualified(schema),
-        t.column_list()
-    );
+    let sql = t.copy_in_sql(schema);
     let columns = match session.run(&sql).await? {
         Output::CopyIn { columns, .. } => columns,
         other => {
