@@ -190,6 +190,9 @@ impl Keyspace {
             attempts += 1;
             let format = read_u64(backend.as_ref(), &fkey).await?;
             check_format(format)?;
+            if format.is_none() {
+                refuse_unfinished_copy(backend.as_ref()).await?;
+            }
             let old = backend.get(&ekey).await?;
             let current = match &old {
                 Some(v) => values::decode_u64(&ekey, v)?,
@@ -223,6 +226,9 @@ impl Keyspace {
     pub async fn open_read_only(backend: Arc<dyn KvBackend>) -> Result<Keyspace> {
         let format = read_u64(backend.as_ref(), &sys_key(system::FORMAT_VERSION)).await?;
         check_format(format)?;
+        if format.is_none() {
+            refuse_unfinished_copy(backend.as_ref()).await?;
+        }
         Keyspace::assemble(backend, None, KeyspaceOptions::default()).await
     }
 
@@ -527,6 +533,23 @@ impl Keyspace {
         }
         self.inner.backend.close().await
     }
+}
+
+/// Refuse a store that has no format version but holds keys: the mark of a copy that did not
+/// finish (`crate::copy` writes the format version last). Called by every open that found no format version.
+async fn refuse_unfinished_copy(view: &dyn ReadView) -> Result<()> {
+    if let Some((key, _)) = view
+        .scan(&KeyRange::all(), Order::Ascending, 1)
+        .await?
+        .into_iter()
+        .next()
+    {
+        return Err(Error::InvalidArgument(format!(
+            "the store holds keys (the first is {}) but no format version: a copy into it (rocklake backup or restore) did not finish; remove the store and copy again",
+            crate::keys::render(&key)
+        )));
+    }
+    Ok(())
 }
 
 fn check_format(format: Option<u64>) -> Result<()> {

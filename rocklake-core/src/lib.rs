@@ -27,6 +27,7 @@
 
 pub mod backend;
 pub mod blocking;
+pub mod copy;
 pub mod engine;
 pub mod error;
 pub mod group_commit;
@@ -48,6 +49,7 @@ pub use backend::{
     Capabilities, Durability, KeyRange, KvBackend, KvPair, Order, Pager, ReadView, ReadViewExt,
     WriteBatch,
 };
+pub use copy::{copy_view, CopyReport, StoreCopy, COPY_BATCH_BYTES};
 pub use engine::{Engine, EngineBackend};
 pub use error::{Error, ErrorKind, Result};
 pub use keys::Key;
