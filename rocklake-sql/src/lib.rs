@@ -54,6 +54,7 @@ mod infinite;
 pub mod interrupt;
 pub mod pg_catalog;
 pub mod provider;
+pub mod store_pairs;
 
 // Statements: rewrites, result column names, COPY formats, the direct path, the session.
 mod colnames;

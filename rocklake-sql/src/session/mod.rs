@@ -274,6 +274,10 @@ impl Session {
             }),
         ));
         register_pg_functions(&ctx, &shared);
+        ctx.register_udtf(
+            crate::store_pairs::NAME,
+            Arc::new(crate::store_pairs::StorePairs::new(db.clone())),
+        );
         // After type coercion, which puts in the casts it replaces.
         ctx.add_analyzer_rule(Arc::new(crate::infinite::InfiniteLiterals));
         ctx.register_catalog(
