@@ -3,7 +3,7 @@
 usage: python large_catalog.py --rocklake-bin PATH [--engine slatedb ...] [--pg-dsn DSN]
                                [--tables 1000] [--files-per-table 100] [--columns 20]
                                [--rounds 10] [--ext-dir DIR] [--out FILE.md] [--server-time]
-                               [--import]
+                               [--import] [--backup]
 
 Each target (PostgreSQL 15, `rocklake serve` on each engine) gets two catalogs: a small one (one
 wide table of `--files-per-table` data files) and a large one (`--tables` such tables: by
@@ -30,6 +30,11 @@ Then, on each catalog, with DuckDB 1.5.5 (one thread), median of `--rounds`:
 With `--import` (needs --pg-dsn) RockLake's catalogs are not generated through its SQL layer:
 `rocklake import` copies each PostgreSQL catalog (after PostgreSQL's rounds) into a new store
 of each engine, and the script prints the import's time and rows per second.
+
+With `--backup`, after each served RockLake catalog's rounds, `rocklake backup` copies it
+through its running server into a new SlateDB folder and `rocklake restore` copies that into a
+new store of the engine, each timed with its peak memory; PostgreSQL's catalogs get `pg_dump
+-Fc` for comparison.
 
 With `--server-time` the servers also write their per-statement log (as `server_time.py`
 reads it), and after each RockLake catalog's operations the script prints where the server's
@@ -65,22 +70,56 @@ def sql_rows(dsn, sql):
     return [line.split("|") for line in out.stdout.splitlines() if line]
 
 
-def imported(binary, source, url, what):
-    """`rocklake import` of the catalog at `source` into a new store at `url`, timed, with the
-    import's peak memory (its maximum resident set, from GNU time where it is installed)."""
-    cmd = [binary, "--json", "import", source, url]
+def timed_cli(binary, argv, what):
+    """One `rocklake --json ...` command, timed, with its peak memory (its maximum resident
+    set, from GNU time where it is installed); returns its JSON answer, seconds and peak MiB."""
+    cmd = [binary, "--json", *argv]
     if os.path.exists("/usr/bin/time"):
         cmd = ["/usr/bin/time", "-f", "peak-rss-kib %M"] + cmd
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     secs = time.perf_counter() - t0
     if p.returncode != 0:
-        raise SystemExit(f"large_catalog: rocklake import failed:\n{p.stdout}{p.stderr}")
+        raise SystemExit(f"large_catalog: {what}: rocklake {argv[0]} failed:\n{p.stdout}{p.stderr}")
     got = json.loads(p.stdout.strip().splitlines()[-1])
     peak = [ln.split()[1] for ln in p.stderr.splitlines() if ln.startswith("peak-rss-kib ")]
+    return got, secs, (int(peak[-1]) / 1024 if peak else None)
+
+
+def peak_text(peak):
+    return f", peak memory {peak:.0f} MiB" if peak is not None else ""
+
+
+def imported(binary, source, url, what):
+    """`rocklake import` of the catalog at `source` into a new store at `url`, timed."""
+    got, secs, peak = timed_cli(binary, ["import", source, url], what)
     print(f"{what}: rocklake import of {got['tables']} tables, {got['rows']} rows in "
-          f"{secs:.1f} s ({got['rows'] / secs:.0f} rows/s)"
-          + (f", peak memory {int(peak[-1]) / 1024:.0f} MiB" if peak else ""), flush=True)
+          f"{secs:.1f} s ({got['rows'] / secs:.0f} rows/s)" + peak_text(peak), flush=True)
+
+
+def backed_up(binary, server, engine, folder, what):
+    """`rocklake backup` through the running `server` into a new SlateDB folder, then
+    `rocklake restore` of it into a new store of `engine`, each timed."""
+    dest = common.engine_url("slatedb", folder + "-backup")
+    got, secs, peak = timed_cli(binary, ["backup", server.dsn(), dest], what)
+    print(f"{what}: rocklake backup through the server of snapshot {got['snapshot']}: "
+          f"{got['keys']} pairs, {got['bytes'] / 2**20:.0f} MiB in {secs:.1f} s "
+          f"({got['keys'] / secs:.0f} pairs/s){peak_text(peak)}", flush=True)
+    restored = common.engine_url(engine, folder + "-restored")
+    got, secs, peak = timed_cli(binary, ["restore", dest, restored], what)
+    print(f"{what}: rocklake restore into {engine}: {got['keys']} pairs in {secs:.1f} s"
+          f"{peak_text(peak)}", flush=True)
+
+
+def pg_dumped(dsn, folder, what):
+    """PostgreSQL's own online backup of the catalog (`pg_dump -Fc`), timed, for comparison."""
+    pg_dump = os.path.join(os.path.dirname(common.psql_path()), "pg_dump")
+    t0 = time.perf_counter()
+    subprocess.run([pg_dump, "-Fc", "-f", os.path.join(folder, "catalog.dump"), dsn],
+                   check=True, capture_output=True)
+    secs = time.perf_counter() - t0
+    size = os.path.getsize(os.path.join(folder, "catalog.dump"))
+    print(f"{what}: pg_dump -Fc in {secs:.1f} s ({size / 2**20:.0f} MiB)", flush=True)
 
 
 def run_sql(dsn, sql):
@@ -226,6 +265,9 @@ def main():
     ap.add_argument("--import", dest="import_", action="store_true",
                     help="fill RockLake's catalogs with `rocklake import` of PostgreSQL's "
                          "(timed) instead of generating them through RockLake's SQL layer")
+    ap.add_argument("--backup", action="store_true",
+                    help="after measuring each served RockLake catalog, time `rocklake backup` "
+                         "through its server and `rocklake restore` (and PostgreSQL's pg_dump)")
     a = ap.parse_args()
     if a.import_ and not a.pg_dsn:
         ap.error("--import copies PostgreSQL's catalogs: it needs --pg-dsn")
@@ -266,6 +308,8 @@ def main():
                     cat = common.create_pg_database(a.pg_dsn, db)
                     pg_data = tempfile.mkdtemp(dir=tmp)
                     run("PostgreSQL 15", size, cat, pg_data)
+                    if a.backup:
+                        pg_dumped(cat, pg_data, f"PostgreSQL 15, {size} catalog")
                 for e in a.engine:
                     folder = os.path.join(tmp, f"{e}-{size}")
                     url = common.engine_url(e, folder + "-store")
@@ -283,6 +327,9 @@ def main():
                         else:
                             run(f"RockLake {e}", size, server.dsn(), tempfile.mkdtemp(dir=tmp),
                                 folder + "-serve.log" if a.server_time else None)
+                        if a.backup:
+                            backed_up(a.rocklake_bin, server, e, folder,
+                                      f"RockLake {e}, {size} catalog")
                     finally:
                         server.stop()
             finally:

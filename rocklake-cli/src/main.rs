@@ -180,6 +180,25 @@ enum Command {
         #[arg(long, default_value = "public")]
         schema: String,
     },
+    /// Copy a whole store, as of one snapshot, into a new store of any engine (a folder or
+    /// `s3://`), while its server keeps committing. The copy holds every commit acknowledged
+    /// before it began and none after; `rocklake restore` brings it back.
+    Backup {
+        /// The store to back up: its URL (a SlateDB store is read beside its running server),
+        /// or the PostgreSQL address of the `rocklake serve` that holds it (`host=... port=...
+        /// user=...` or `postgresql://...`), which a sled or RocksDB store being served needs.
+        source: String,
+        /// The new store to write (`file:///path`, `s3://...`, `sled:///path`,
+        /// `rocksdb:///path`); it must be empty.
+        dest: String,
+    },
+    /// Copy a backup (any store) into a new store, for `rocklake serve` to open.
+    Restore {
+        /// The backup's URL.
+        backup: String,
+        /// The new store to write; it must be empty.
+        url: String,
+    },
     /// Run SQL against a catalog without a server (DuckLake's tables are SQL tables); without a
     /// statement, read statements from standard input (an interactive shell on a terminal).
     Sql {
@@ -479,6 +498,8 @@ async fn run(command: Command, json: bool) -> CliResult {
             target,
             schema,
         } => cmd::export::run(url, target, schema, json).await,
+        Command::Backup { source, dest } => cmd::backup::backup(source, dest, json).await,
+        Command::Restore { backup, url } => cmd::backup::restore(backup, url, json).await,
         Command::Serve {
             url,
             listen,

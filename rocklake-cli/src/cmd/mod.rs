@@ -1,5 +1,6 @@
 //! One module per subcommand; `main.rs` parses the command line and dispatches here.
 
+pub(crate) mod backup;
 pub(crate) mod bench;
 pub(crate) mod budget;
 pub(crate) mod catalog_copy;
