@@ -1155,7 +1155,7 @@ impl ExtendedQueryHandler for Conn {
                 Ok(Response::Execution(t))
             }
             Some(Ok(_)) => Err(user_error(&SqlError::unsupported(
-                "COPY through the extended query protocol is not supported; send it as a simple query",
+                "COPY in a portal read in parts is not supported; execute it to its end (a row limit of 0)",
             ))),
         }
     }

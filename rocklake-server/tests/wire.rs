@@ -564,6 +564,41 @@ async fn every_message_matches_postgres() {
                 vec![(0, Some(b"21"))],
                 &[0, 0, 0],
             ),
+            // COPY TO through the extended protocol (tokio-postgres' `copy_out`, psycopg's
+            // copy with parameters): the portal's result formats do not apply to it.
+            (
+                "COPY (SELECT * FROM t ORDER BY a) TO STDOUT",
+                &[],
+                vec![],
+                &[],
+            ),
+            (
+                "COPY (SELECT a, v FROM t ORDER BY a) TO STDOUT (FORMAT csv, HEADER)",
+                &[],
+                vec![],
+                &[1],
+            ),
+            (
+                "COPY (SELECT a, i, v FROM t ORDER BY a) TO STDOUT (FORMAT binary)",
+                &[],
+                vec![],
+                &[],
+            ),
+            ("COPY t (a, v) TO STDOUT", &[], vec![], &[]),
+            // Planned by DataFusion, so streamed batch by batch.
+            (
+                "COPY (SELECT count(*), max(v) FROM t) TO STDOUT (FORMAT binary)",
+                &[],
+                vec![],
+                &[],
+            ),
+            (
+                "COPY (SELECT x FROM generate_series(1, 3) AS g(x)) TO STDOUT (FORMAT csv, HEADER)",
+                &[],
+                vec![],
+                &[],
+            ),
+            ("COPY (SELECT 1) TO STDOUT (FORMAT xml)", &[], vec![], &[]),
             (
                 "DELETE FROM t WHERE a = $1",
                 &[],

@@ -27,7 +27,7 @@ use rocklake_sql::datafusion::arrow::datatypes::SchemaRef;
 use rocklake_sql::pg_types::PgType;
 use rocklake_sql::{Output, Piece, SqlError};
 
-use super::{column_type, is_binary, status_of, user_error, Conn};
+use super::{column_type, is_binary, status_of, user_error, Conn, CopyOut};
 use crate::wire::{binary_value, text_field};
 
 /// What an Execute's statement came to, once its pieces are all handled.
@@ -40,10 +40,11 @@ enum Executed {
     CopyIn,
 }
 
-/// A COPY's rows have no place in the extended protocol's answer.
-fn copy_refused() -> SqlError {
+/// `COPY ... FROM STDIN` through the extended protocol is refused (its rows would follow the
+/// Sync a driver sends at once).
+fn copy_in_refused() -> SqlError {
     SqlError::unsupported(
-        "COPY through the extended query protocol is not supported; send it as a simple query",
+        "COPY FROM STDIN through the extended query protocol is not supported; send it as a simple query",
     )
 }
 
@@ -110,24 +111,47 @@ where
     // The streamed result's column types, or why it cannot be sent: the statement then
     // fails with that at its end, and nothing of it lands.
     let mut columns: Result<Vec<PgType>, SqlError> = Ok(vec![]);
+    // A `COPY ... TO STDOUT` being streamed: its rows go out as CopyData, as in a simple
+    // query (the portal's result formats do not apply to COPY, as in PostgreSQL).
+    let mut copy: Option<CopyOut> = None;
     let mut outcome = Executed::Done;
     while let Some(piece) = from.recv().await {
         match piece {
-            Piece::Begin { schema, copy } => {
-                columns = match copy {
-                    Some(_) => Err(copy_refused()),
-                    None => columns_in(format, &schema),
-                };
+            Piece::Begin { schema, copy: None } => columns = columns_in(format, &schema),
+            Piece::Begin {
+                schema,
+                copy: Some(copy_format),
+            } => {
+                columns = Ok(vec![]);
+                let mut header = Vec::new();
+                let mut started = CopyOut::new(&schema, copy_format, &mut header);
+                if !header.is_empty() {
+                    started.send(client, header).await?;
+                }
+                copy = Some(started);
             }
-            Piece::Rows(batch, _held) => {
-                if let Ok(types) = &columns {
+            Piece::Rows(batch, _held) => match (&columns, copy.as_mut()) {
+                (Err(_), _) => {}
+                (Ok(_), Some(out)) => {
+                    // Encoded whole before any of it goes: a value without a binary form
+                    // fails the COPY before the batch's first row.
+                    let mut chunks = Vec::new();
+                    match out.rows(&batch, &mut chunks) {
+                        Ok(()) => out.send(client, chunks).await?,
+                        Err(e) => columns = Err(e),
+                    }
+                }
+                (Ok(types), None) => {
                     if let Err(e) = send_rows(client, &batch, format, types).await? {
                         columns = Err(e);
                     }
                 }
-            }
+            },
             Piece::End(done) => {
                 let failed = std::mem::replace(&mut columns, Ok(vec![])).err();
+                if let (Some(out), None) = (copy.take(), &failed) {
+                    out.finish(client).await?;
+                }
                 // A statement that stopped waiting (cancelled meanwhile) needs no answer.
                 let _ = done.send(failed.map_or(Ok(()), Err));
             }
@@ -150,7 +174,24 @@ where
                         }
                         Err(e) => Err(e),
                     },
-                    Output::CopyOut { .. } => Err(copy_refused()),
+                    Output::CopyOut {
+                        schema,
+                        batches,
+                        format: copy_format,
+                    } => {
+                        // Encoded whole first, so that a value without a binary form is an
+                        // ErrorResponse, not a broken COPY stream.
+                        let mut chunks = Vec::new();
+                        let mut out = CopyOut::new(&schema, copy_format, &mut chunks);
+                        match batches.iter().try_for_each(|b| out.rows(b, &mut chunks)) {
+                            Ok(()) => {
+                                out.send(client, chunks).await?;
+                                out.finish(client).await?;
+                                Ok(())
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
                     Output::CopyIn { .. } => {
                         outcome = Executed::CopyIn;
                         continue;
@@ -257,7 +298,7 @@ impl Conn {
                 session
                     .copy_fail("COPY through the extended query protocol")
                     .await;
-                Some(copy_refused())
+                Some(copy_in_refused())
             }
         };
         client.set_transaction_status(status_of(session.status()));
