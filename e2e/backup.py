@@ -1,12 +1,13 @@
 """A served catalog backed up while DuckDB clients commit, restored and read back (#23 item 4).
 
 usage: python backup.py --rocklake-bin PATH --engine sled [--engine ...] [--ext-dir DIR]
-                        [--writers 8] [--seconds 6] [--keep]
+                        [--writers 8] [--seconds 6] [--s3-prefix s3://bucket/prefix] [--keep]
 
 For each engine: `rocklake serve` on a new store; DuckDB creates a table; 8 DuckDB clients (threads,
 one connection each) commit one-row inserts until told to stop. Midway, `rocklake backup` takes
-the store through the server's address into a new SlateDB folder (for SlateDB also straight from
-the store folder, beside its running server). Then the clients stop, `rocklake restore` copies
+the store through the server's address into a new SlateDB store, on a folder or with
+`--s3-prefix` in a bucket (for SlateDB also straight from the store folder, beside its running
+server). Then the clients stop, `rocklake restore` copies
 the backup into a new store of the engine, `rocklake verify` must find it clean, and a second
 server serves it beside the first:
 
@@ -36,20 +37,10 @@ import common  # noqa: E402
 
 
 def cli(args, *argv, fail=False):
-    """Run the rocklake command; (stdout, stderr). Raises when the exit code is not what
-    `fail` asks for."""
-    p = subprocess.run([args.rocklake_bin, *argv], capture_output=True, text=True, timeout=600)
-    if (p.returncode != 0) != fail:
-        raise RuntimeError(f"rocklake {' '.join(argv[:2])} exited with {p.returncode} "
-                           f"({'a failure' if fail else 'success'} was expected):\n"
-                           f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
-    return p.stdout, p.stderr
+    return common.rocklake(args.rocklake_bin, *argv, fail=fail)
 
 
-def psql_rows(dsn, sql):
-    p = subprocess.run([common.psql_path(), dsn, "-X", "-A", "-t", "-c", sql],
-                       capture_output=True, text=True, check=True)
-    return p.stdout.strip()
+psql_rows = common.psql_rows
 
 
 def writer(args, dsn, data_path, w, stop, acked, errors):
@@ -117,7 +108,8 @@ def one_engine(args, engine, tmp):
             t.start()
         try:
             time.sleep(args.seconds / 2)
-            dest = common.engine_url("slatedb", os.path.join(tmp, f"{engine}-backup"))
+            dest = (f"{args.s3_prefix.rstrip('/')}/{engine}-backup" if args.s3_prefix else
+                    common.engine_url("slatedb", os.path.join(tmp, f"{engine}-backup")))
             b_start = time.monotonic()
             out, _ = cli(args, "--json", "backup", server.dsn(), dest)
             b_end = time.monotonic()
@@ -235,6 +227,8 @@ def main():
     ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
     ap.add_argument("--writers", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--s3-prefix", help="back up into SlateDB stores under this s3:// prefix "
+                    "(credentials and endpoint from AWS_*) instead of folders")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder")
     args = ap.parse_args()
     if not args.engine:

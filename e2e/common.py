@@ -63,6 +63,24 @@ def psql(dsn, *sql):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
 
 
+def psql_rows(dsn, sql):
+    """One query's rows as psql prints them unaligned (`-A -t`)."""
+    p = subprocess.run([psql_path(), dsn, "-X", "-A", "-t", "-c", sql],
+                       capture_output=True, text=True, check=True)
+    return p.stdout
+
+
+def rocklake(binary, *argv, fail=False, timeout=900):
+    """Run the rocklake command. Returns (stdout, stderr); raises RuntimeError when the exit
+    code is not what `fail` asks for."""
+    p = subprocess.run([binary, *argv], capture_output=True, text=True, timeout=timeout)
+    if (p.returncode != 0) != fail:
+        raise RuntimeError(f"rocklake {' '.join(argv[:2])} exited with {p.returncode} "
+                           f"({'a failure' if fail else 'success'} was expected):\n"
+                           f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return p.stdout, p.stderr
+
+
 def create_pg_database(admin_dsn, name):
     psql(admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", f"CREATE DATABASE {name}")
     return with_dbname(admin_dsn, name)

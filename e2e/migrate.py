@@ -34,20 +34,10 @@ import run as e2e  # noqa: E402
 
 
 def cli(args, *argv, fail=False):
-    """Run the rocklake command. Returns (stdout, stderr); raises RuntimeError when the exit
-    code is not what `fail` asks for."""
-    p = subprocess.run([args.rocklake_bin, *argv], capture_output=True, text=True, timeout=900)
-    if (p.returncode != 0) != fail:
-        raise RuntimeError(f"rocklake {' '.join(argv[:1])} exited with {p.returncode} "
-                           f"({'a failure' if fail else 'success'} was expected):\n"
-                           f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
-    return p.stdout, p.stderr
+    return common.rocklake(args.rocklake_bin, *argv, fail=fail)
 
 
-def psql_rows(dsn, sql):
-    p = subprocess.run([common.psql_path(), dsn, "-X", "-A", "-t", "-c", sql],
-                       capture_output=True, text=True, check=True)
-    return p.stdout
+psql_rows = common.psql_rows
 
 
 def table_names(dsn):

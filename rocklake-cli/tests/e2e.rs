@@ -244,9 +244,27 @@ fn a_catalog_moves_from_postgresql_into_rocklake_and_back() {
 
 /// A served catalog backed up through its server while 8 DuckDB clients commit, restored and
 /// served: the snapshots up to the backup's and none after, every commit acknowledged before
-/// it, time travel equal, `verify` clean, writes go on (#23 item 4).
+/// it, time travel equal, `verify` clean, writes go on (#23 item 4). The backups go to the
+/// S3 emulator.
 #[test]
 fn a_catalog_backed_up_while_serving_restores_to_one_snapshot() {
     let Some(env) = env() else { return };
-    run(&env, "backup.py", &common_args(&env));
+    let mut args = common_args(&env);
+    // Into the S3 emulator where there is one (CI has it), as a backup to a bucket goes.
+    if std::env::var_os("AWS_ENDPOINT_URL").is_some() && cfg!(feature = "slatedb") {
+        let nonce: u64 = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        args.extend([
+            "--s3-prefix".to_string(),
+            format!("s3://rocklake-test/backup-{nonce:x}"),
+        ]);
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must provide the S3 emulator (AWS_ENDPOINT_URL)"
+        );
+    }
+    run(&env, "backup.py", &args);
 }

@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 
-use crate::backend::{Durability, KeyRange, KvBackend, Order, ReadView, WriteBatch};
+use crate::backend::{Durability, KeyRange, KvBackend, Order, ReadView, ReadViewExt, WriteBatch};
 use crate::error::{Error, Result};
 use crate::keyspace::{current_snapshot_in, sys_key};
 use crate::tags::system;
@@ -151,12 +151,7 @@ impl<'a> StoreCopy<'a> {
 
 /// Refuse a copy's target that holds any key, naming the first; nothing is written.
 pub async fn refuse_non_empty(target: &dyn KvBackend) -> Result<()> {
-    if let Some((key, _)) = target
-        .scan(&KeyRange::all(), Order::Ascending, 1)
-        .await?
-        .into_iter()
-        .next()
-    {
+    if let Some((key, _)) = target.first(&KeyRange::all(), Order::Ascending).await? {
         return Err(Error::InvalidArgument(format!(
             "the target {} store is not empty (it holds key {}); a copy goes into a new, empty store",
             target.engine(),

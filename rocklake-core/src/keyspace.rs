@@ -23,7 +23,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
-use crate::backend::{Durability, KeyRange, KvBackend, Order, ReadView, WriteBatch};
+use crate::backend::{Durability, KeyRange, KvBackend, Order, ReadView, ReadViewExt, WriteBatch};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::keys;
@@ -538,12 +538,7 @@ impl Keyspace {
 /// Refuse a store that has no format version but holds keys: the mark of a copy that did not
 /// finish (`crate::copy` writes the format version last). Called by every open that found no format version.
 async fn refuse_unfinished_copy(view: &dyn ReadView) -> Result<()> {
-    if let Some((key, _)) = view
-        .scan(&KeyRange::all(), Order::Ascending, 1)
-        .await?
-        .into_iter()
-        .next()
-    {
+    if let Some((key, _)) = view.first(&KeyRange::all(), Order::Ascending).await? {
         return Err(Error::InvalidArgument(format!(
             "the store holds keys (the first is {}) but no format version: a copy into it (rocklake backup or restore) did not finish; remove the store and copy again",
             crate::keys::render(&key)

@@ -4,8 +4,8 @@
 //! binary)`) and writes the pairs into a store of its own, so a served catalog is backed up
 //! without stopping its server, over the same authenticated connection DuckDB uses.
 //!
-//! The rows stream a page at a time from one [`Keyspace::committed_view`]
-//! (rocklake_core::Keyspace::committed_view): every commit acknowledged before the statement
+//! The rows stream a page at a time from one
+//! [`Keyspace::committed_view`](rocklake_core::Keyspace::committed_view): every commit acknowledged before the statement
 //! started and none after, whatever is committed while the pairs are read.
 
 use std::sync::Arc;
