@@ -419,12 +419,42 @@ async fn reader(url: &str) -> Result<Keyspace, Error> {
     Keyspace::open_read_only(open_for_reading(url).await?).await
 }
 
+/// The local folder a `file://`, `sled://` or `rocksdb://` URL names; `None` for a store
+/// elsewhere (`s3://`, `memory://`, `model://`).
+pub(crate) fn local_folder(url: &str) -> Result<Option<std::path::PathBuf>, Error> {
+    Ok(match rocklake::engine_of(url)? {
+        "sled" | "rocksdb" => Some(rocklake::local_path(url)?),
+        "slatedb" if url.starts_with("file://") => {
+            rocklake::local_path(url.split(['?', '#']).next().unwrap_or(url)).ok()
+        }
+        _ => None,
+    })
+}
+
+/// Refuse the URL of a command that only reads when it names a folder that does not exist:
+/// opening it would create an empty store there and report on that instead of the store
+/// the user meant. (An engine this binary lacks is left to the open, which names the
+/// feature.)
+pub(crate) fn require_store(url: &str) -> Result<(), Error> {
+    if !rocklake::engines().contains(&rocklake::engine_of(url)?) {
+        return Ok(());
+    }
+    match local_folder(url)? {
+        Some(path) if !path.exists() => Err(Error::NotFound(format!(
+            "no store at {url}: the folder {} does not exist (`rocklake init {url}` creates one)",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// A store opened for reading only. SlateDB stores are opened as a reader beside their writer
 /// (a running `rocklake serve` is not fenced); RocksDB and sled, which lock their folder,
 /// are opened alone, as before (a running writer makes that fail on the lock, saying so).
 pub(crate) async fn open_for_reading(
     url: &str,
 ) -> Result<std::sync::Arc<dyn rocklake::KvBackend>, Error> {
+    require_store(url)?;
     if url.starts_with("file://") || url.starts_with("s3://") {
         rocklake::open_reader(url).await
     } else {

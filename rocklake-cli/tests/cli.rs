@@ -161,6 +161,35 @@ fn keystone_from_a_shell_on_sled() {
     keystone_walkthrough(&format!("sled://{}", dir.path().display()));
 }
 
+/// A command that only reads refuses a folder that does not exist, and creates nothing there
+/// (it used to create an empty store and report "verified 0 keys: clean" on it).
+#[test]
+fn reading_commands_refuse_a_store_that_does_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-store");
+    let mut urls = vec![format!("file://{}", missing.display())];
+    if cfg!(feature = "sled") {
+        urls.push(format!("sled://{}", missing.display()));
+    }
+    for url in &urls {
+        for args in [
+            vec!["verify", url.as_str()],
+            vec!["info", url.as_str()],
+            vec!["scan", url.as_str(), "--table", "ducklake_table"],
+            vec!["describe", url.as_str()],
+            vec!["sql", url.as_str(), "SELECT 1", "--read-only"],
+            vec!["restore", url.as_str(), "model://"],
+        ] {
+            let (success, _, err) = rocklake(&args);
+            assert!(
+                !success && err.contains("does not exist") && err.contains("no-such-store"),
+                "{args:?}: {err}"
+            );
+            assert!(!missing.exists(), "{args:?} created {}", missing.display());
+        }
+    }
+}
+
 #[test]
 fn verify_of_an_empty_store_is_clean() {
     // Corruption and exit 2: tests/verify.rs.

@@ -195,18 +195,7 @@ async fn from_server(
 /// The local folder a `file://`, `sled://` or `rocksdb://` target names, when it does not
 /// exist yet (so that a failed copy may remove it); `None` for anything else.
 fn new_local_folder(dest: &str) -> Result<Option<PathBuf>, Error> {
-    let path = match rocklake::engine_of(dest)? {
-        "sled" | "rocksdb" => rocklake::local_path(dest)?,
-        "slatedb" if dest.starts_with("file://") => {
-            let bare = dest.split(['?', '#']).next().unwrap_or(dest);
-            match rocklake::local_path(bare) {
-                Ok(p) => p,
-                Err(_) => return Ok(None),
-            }
-        }
-        _ => return Ok(None),
-    };
-    Ok((!path.exists()).then_some(path))
+    Ok(crate::local_folder(dest)?.filter(|path| !path.exists()))
 }
 
 /// Says how far a copy got, every [`PROGRESS_EVERY`].

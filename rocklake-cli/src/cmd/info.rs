@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use crate::{print, CliResult};
 
 pub(crate) async fn run(url: String, json: bool) -> CliResult {
+    crate::require_store(&url)?;
     let backend = crate::open_writer(&url).await?;
     let info = rocklake::info::info_with_progress(backend.as_ref(), backend.engine(), |n| {
         eprintln!("info: {n} keys counted")

@@ -48,6 +48,7 @@ async fn scan(
     limit: Option<usize>,
     json: bool,
 ) -> Result<(), Error> {
+    crate::require_store(url)?;
     let backend = crate::open_writer(url).await?;
     let view = backend.view().await?;
     if let Some(s) = at {

@@ -11,6 +11,7 @@ use serde_json::json;
 use crate::{print, CliResult};
 
 pub(crate) async fn run(url: String, json: bool) -> CliResult {
+    crate::require_store(&url)?;
     let backend = crate::open_writer(&url).await?;
     let report = verify(backend.as_ref(), json).await;
     backend.close().await?;
