@@ -338,6 +338,29 @@ impl CopyOut {
         Ok(())
     }
 
+    /// A whole result's COPY: every batch is encoded before the first message, so a value
+    /// without a binary form is the statement's error, not a broken COPY stream; then the
+    /// rows and the end. `Ok(Err(_))`: nothing was sent.
+    async fn send_whole<C>(
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+        format: CopyFormat,
+        client: &mut C,
+    ) -> PgWireResult<Result<(), SqlError>>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut chunks: Vec<Bytes> = Vec::new();
+        let mut copy = CopyOut::new(schema, format, &mut chunks);
+        if let Err(e) = batches.iter().try_for_each(|b| copy.rows(b, &mut chunks)) {
+            return Ok(Err(e));
+        }
+        copy.send(client, chunks).await?;
+        copy.finish(client).await?;
+        Ok(Ok(()))
+    }
+
     /// End the copy: the binary trailer (a message of its own), then CopyDone.
     async fn finish<C>(mut self, client: &mut C) -> PgWireResult<()>
     where
@@ -399,17 +422,9 @@ impl Conn {
                 schema,
                 batches,
                 format,
-            } => {
-                // Encode everything before the first message, so a value without a binary
-                // form is an ErrorResponse, not a broken COPY stream.
-                let mut chunks: Vec<Bytes> = Vec::new();
-                let mut copy = CopyOut::new(&schema, format, &mut chunks);
-                for b in &batches {
-                    copy.rows(b, &mut chunks).map_err(|e| user_error(&e))?;
-                }
-                copy.send(client, chunks).await?;
-                copy.finish(client).await?;
-            }
+            } => CopyOut::send_whole(&schema, &batches, format, client)
+                .await?
+                .map_err(|e| user_error(&e))?,
             // A streamed result's rows (and a COPY's end) have gone out already.
             Output::Command(_) | Output::Show { .. } | Output::Sent { .. } => {}
             Output::CopyIn { columns, format } => {

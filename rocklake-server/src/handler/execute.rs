@@ -178,20 +178,7 @@ where
                         schema,
                         batches,
                         format: copy_format,
-                    } => {
-                        // Encoded whole first, so that a value without a binary form is an
-                        // ErrorResponse, not a broken COPY stream.
-                        let mut chunks = Vec::new();
-                        let mut out = CopyOut::new(&schema, copy_format, &mut chunks);
-                        match batches.iter().try_for_each(|b| out.rows(b, &mut chunks)) {
-                            Ok(()) => {
-                                out.send(client, chunks).await?;
-                                out.finish(client).await?;
-                                Ok(())
-                            }
-                            Err(e) => Err(e),
-                        }
-                    }
+                    } => CopyOut::send_whole(&schema, &batches, copy_format, client).await?,
                     Output::CopyIn { .. } => {
                         outcome = Executed::CopyIn;
                         continue;
