@@ -162,7 +162,7 @@ pub async fn refuse_non_empty(target: &dyn KvBackend) -> Result<()> {
 }
 
 /// Copy every pair of `view` into the empty `target`; `progress` is told the pairs and bytes
-/// copied after each batch.
+/// copied after each page read, and once at the end.
 pub async fn copy_view(
     view: &dyn ReadView,
     target: &dyn KvBackend,
@@ -171,19 +171,15 @@ pub async fn copy_view(
     let mut copy = StoreCopy::begin(target).await?;
     let mut range = KeyRange::all();
     loop {
-        // Pages are collected (the visitor lends borrowed bytes and cannot await a write).
-        let mut page: Vec<(Bytes, Bytes)> = Vec::with_capacity(PAGE);
-        let got = visit_all_page(view, &range, &mut page).await?;
+        let page = read_page(view, &range).await?;
         let Some((last, _)) = page.last() else { break };
         range = range.after(last);
-        let before = copy.bytes;
+        let full = page.len() == PAGE;
         for (k, v) in page {
             copy.push(k, v).await?;
         }
-        if copy.bytes / COPY_BATCH_BYTES as u64 != before / COPY_BATCH_BYTES as u64 {
-            progress(copy.keys, copy.bytes);
-        }
-        if got < PAGE {
+        progress(copy.keys, copy.bytes);
+        if !full {
             break;
         }
     }
@@ -192,17 +188,14 @@ pub async fn copy_view(
     Ok(report)
 }
 
-async fn visit_all_page(
-    view: &dyn ReadView,
-    range: &KeyRange,
-    page: &mut Vec<(Bytes, Bytes)>,
-) -> Result<usize> {
-    let mut n = 0usize;
+/// At most [`PAGE`] pairs of `range`, copied out of the view (its visitor lends borrowed
+/// bytes and cannot await a write, so a page is collected first).
+async fn read_page(view: &dyn ReadView, range: &KeyRange) -> Result<Vec<(Bytes, Bytes)>> {
+    let mut page = Vec::with_capacity(PAGE);
     view.visit(range, Order::Ascending, PAGE, &mut |k, v| {
         page.push((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v)));
-        n += 1;
         true
     })
     .await?;
-    Ok(n)
+    Ok(page)
 }
