@@ -12,6 +12,13 @@ fresh PostgreSQL database (on SlateDB while its server keeps serving): every tab
 the source's row for row, and DuckDB must read the same answers on it too. Last, DuckDB writes
 to the imported catalog (a new table, an insert) and reads its writes back.
 
+The same for DuckLake's embedded catalogs: the workload builds a lake on a SQLite file; each
+engine imports it, serves it (DuckDB must read the SQLite catalog's answers) and exports it into a
+new SQLite file, which must equal the source table by table, value for value (storage classes
+included), and give the same answers again. And a lake built on a DuckDB file moves the way the
+README says: DuckDB copies the metadata database into SQLite (`COPY FROM DATABASE`), which the
+first engine imports and serves (the DuckDB file's answers). `--no-embedded` leaves these out.
+
 Bad sources are refused before anything is written, or with nothing left behind: a database
 without a DuckLake catalog, a catalog of a newer DuckLake version, a table RockLake cannot
 create, and a row it cannot take in the table loaded last (after every other table's rows were
@@ -22,6 +29,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -100,6 +108,169 @@ def bad_sources(args, tag, src, url, dbs):
     expect_refusal(args, ["import", late, url], "what it had written was removed")
 
 
+def sqlite_rows(path):
+    """Every table of a SQLite file: its rows sorted, each value beside its storage class."""
+    con = sqlite3.connect(path)
+    try:
+        out = {}
+        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                   "ORDER BY name").fetchall():
+            cols = [r[1] for r in con.execute(f'PRAGMA table_info("{name}")')]
+            sel = ", ".join(f'typeof("{c}"), "{c}"' for c in cols)
+            out[name] = sorted(repr(r) for r in con.execute(f'SELECT {sel} FROM "{name}"'))
+        return out
+    finally:
+        con.close()
+
+
+def sqlite_differs(a, b):
+    """The tables that differ between two SQLite files (by name set and row for row)."""
+    ta, tb = sqlite_rows(a), sqlite_rows(b)
+    if set(ta) != set(tb):
+        return [f"table sets differ: only in source {sorted(set(ta) - set(tb))}, "
+                f"only in export {sorted(set(tb) - set(ta))}"]
+    return [t for t in ta if ta[t] != tb[t]]
+
+
+def sqlite_scanner_installed(ext_dir):
+    con = common.duck(ext_dir)
+    try:
+        return con.execute("SELECT count(*) FROM duckdb_extensions() WHERE extension_name = "
+                           "'sqlite_scanner' AND installed").fetchone()[0] == 1
+    finally:
+        con.close()
+
+
+def serve_and_reread(args, tmp, name, url, data_path, logs, results, timings, failures):
+    """Serve the store at `url` and read the lake back through it; the running server."""
+    log = os.path.join(tmp, f"{name}-serve.log")
+    logs[name] = log
+    server = common.Server(args.rocklake_bin, url, log).start(timeout=60)
+    results[name], timings[name], problem, _ = e2e.run_workload(
+        args, tmp, name, server.dsn(), "reread", data_path)
+    if problem:
+        failures.append((name, problem))
+    return server
+
+
+def embedded(args, tmp):
+    """DuckLake's SQLite-file catalog into every engine and back out, and a DuckDB-file
+    catalog in through SQLite; True when every answer matched."""
+    if not sqlite_scanner_installed(args.ext_dir):
+        if os.environ.get("CI"):
+            raise RuntimeError("DuckDB's sqlite extension is not installed (e2e/requirements.txt "
+                               "lists it): the SQLite catalogs cannot be tested")
+        print("migrate: DuckDB's sqlite extension is not installed: SQLite catalogs skipped")
+        return True
+    src = os.path.join(tmp, "source.sqlite")
+    results, timings, data_path = reference(args, tmp, "sqlite", src)
+    logs, failures = {}, []
+    for i, engine in enumerate(args.engine):
+        url = common.engine_url(engine, os.path.join(tmp, f"{engine}-from-sqlite"))
+        if i == 0:
+            sqlite_refusals(args, tmp, src, url)
+        t0 = time.monotonic()
+        out, _ = cli(args, "--json", "import", f"sqlite:{src}", url)
+        got = json.loads(out.strip().splitlines()[-1])
+        print(f"migrate: {engine}: imported the SQLite catalog, {got['tables']} tables, "
+              f"{got['rows']} rows in {time.monotonic() - t0:.1f} s", flush=True)
+        verify, _ = cli(args, "verify", url)
+        print(f"migrate: {engine}: verify: {verify.strip().splitlines()[-1]}", flush=True)
+        name = f"{engine}_sqlite"
+        server = serve_and_reread(args, tmp, name, url, data_path, logs, results, timings,
+                                  failures)
+        try:
+            if engine != "slatedb":
+                server.stop()
+            out_file = os.path.join(tmp, f"{engine}-out.sqlite")
+            t0 = time.monotonic()
+            cli(args, "export", url, f"sqlite:{out_file}")
+            print(f"migrate: {engine}: exported into SQLite in {time.monotonic() - t0:.1f} s",
+                  flush=True)
+            before = sqlite_rows(out_file)
+            expect_refusal(args, ["export", url, f"sqlite:{out_file}"], "already holds")
+            if sqlite_rows(out_file) != before:
+                failures.append((name, "a refused export changed the target file"))
+            differ = sqlite_differs(src, out_file)
+            if differ:
+                failures.append((name, f"the exported SQLite file differs from the source in "
+                                       f"{differ[:5]}"))
+            else:
+                print(f"migrate: {engine}: all {len(before)} exported SQLite tables equal the "
+                      f"source's value for value", flush=True)
+            results[f"{engine}_sqlite_out"], timings[f"{engine}_sqlite_out"], problem, _ = \
+                e2e.run_workload(args, tmp, f"{engine}_sqlite_out", f"sqlite:{out_file}",
+                                 "reread", data_path)
+            if problem:
+                failures.append((f"{engine}_sqlite_out", problem))
+        except RuntimeError as e:
+            failures.append((name, str(e)))
+        finally:
+            server.stop()
+    ok = e2e.report(results, timings, logs, failures, ref_name="sqlite")
+    return duckdb_file(args, tmp) and ok
+
+
+def reference(args, tmp, kind, path):
+    """Build the lake on DuckLake's `kind` (sqlite, duckdb) catalog at `path` and read it
+    back: the answers every copy must give ({kind: steps}), their timing, the DATA_PATH."""
+    _, secs, problem, data_path = e2e.run_workload(args, tmp, f"{kind}_build", f"{kind}:{path}")
+    if problem:
+        raise RuntimeError(f"building the lake on a {kind} catalog: {problem}")
+    results, timings = {}, {}
+    results[kind], timings[kind], problem, _ = e2e.run_workload(
+        args, tmp, kind, f"{kind}:{path}", "reread", data_path)
+    if problem:
+        raise RuntimeError(problem)
+    print(f"migrate: lake built on a {kind} catalog in {secs:.1f} s", flush=True)
+    return results, timings, data_path
+
+
+def sqlite_refusals(args, tmp, src, url):
+    """A SQLite file without a catalog, a newer catalog version and a missing file are refused,
+    and leave `url` without a catalog (the caller's import proves it)."""
+    empty = os.path.join(tmp, "not-a-catalog.sqlite")
+    con = sqlite3.connect(empty)
+    con.execute("CREATE TABLE t (a BIGINT)")
+    con.commit()
+    con.close()
+    expect_refusal(args, ["import", f"sqlite:{empty}", url], "holds no DuckLake catalog")
+    newer = os.path.join(tmp, "newer.sqlite")
+    shutil.copyfile(src, newer)
+    con = sqlite3.connect(newer)
+    con.execute("UPDATE ducklake_metadata SET value = '9.9' WHERE key = 'version'")
+    con.commit()
+    con.close()
+    expect_refusal(args, ["import", f"sqlite:{newer}", url], "is version 9.9")
+    expect_refusal(args, ["import", f"sqlite:{tmp}/missing.sqlite", url], "no SQLite file")
+
+
+def duckdb_file(args, tmp):
+    """A lake on a DuckDB file, its metadata copied into SQLite by DuckDB, imported into the
+    first engine: DuckDB must read the DuckDB file's answers there."""
+    src = os.path.join(tmp, "source.ducklake")
+    results, timings, data_path = reference(args, tmp, "duckdb", src)
+    logs, failures = {}, []
+    converted = os.path.join(tmp, "from-duckdb.sqlite")
+    con = common.duck(args.ext_dir)
+    try:
+        con.execute(f"ATTACH '{src}' AS meta (READ_ONLY)")
+        con.execute(f"ATTACH '{converted}' AS conv (TYPE sqlite)")
+        con.execute("COPY FROM DATABASE meta TO conv")
+    finally:
+        con.close()
+    engine = args.engine[0]
+    url = common.engine_url(engine, os.path.join(tmp, f"{engine}-from-duckdb"))
+    out, _ = cli(args, "--json", "import", f"sqlite:{converted}", url)
+    got = json.loads(out.strip().splitlines()[-1])
+    print(f"migrate: {engine}: imported the DuckDB file's catalog (copied into SQLite by "
+          f"DuckDB), {got['tables']} tables, {got['rows']} rows", flush=True)
+    name = f"{engine}_duckdb"
+    server = serve_and_reread(args, tmp, name, url, data_path, logs, results, timings, failures)
+    server.stop()
+    return e2e.report(results, timings, logs, failures, ref_name="duckdb")
+
+
 def keep_writing(args, dsn, data_path):
     """DuckDB writes to the imported catalog and reads its writes back."""
     con = common.duck(args.ext_dir)
@@ -118,6 +289,10 @@ def keep_writing(args, dsn, data_path):
     return f"s1.small {before} -> {after} rows, a new table of {copied}"
 
 
+class Done(Exception):
+    """Ends the run early (--only-embedded)."""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pg-dsn", default=os.environ.get("ROCKLAKE_TEST_PG"),
@@ -126,6 +301,10 @@ def main():
     ap.add_argument("--engine", action="append", default=[], choices=sorted(common.ENGINE_SCHEMES))
     ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
     ap.add_argument("--keep", action="store_true", help="keep the temp folder and databases")
+    ap.add_argument("--no-embedded", action="store_true",
+                    help="leave out DuckLake's SQLite-file and DuckDB-file catalogs")
+    ap.add_argument("--only-embedded", action="store_true",
+                    help="only DuckLake's SQLite-file and DuckDB-file catalogs")
     args = ap.parse_args()
     args.s3 = False
     if not args.pg_dsn or not args.engine:
@@ -139,6 +318,9 @@ def main():
     results, timings, logs, failures = {}, {}, {}, []
     ok = False
     try:
+        if args.only_embedded:
+            ok = embedded(args, tmp)
+            raise Done()
         src_dsn = common.create_pg_database(args.pg_dsn, src)
         _, secs, problem, data_path = e2e.run_workload(args, tmp, "build", src_dsn)
         if problem:
@@ -201,6 +383,10 @@ def main():
             finally:
                 server.stop()
         ok = e2e.report(results, timings, logs, failures)
+        if not args.no_embedded:
+            ok = embedded(args, tmp) and ok
+    except Done:
+        pass
     except RuntimeError as e:
         print(f"migrate: FAILED: {e}")
     finally:

@@ -286,14 +286,16 @@ def main():
     sys.exit(0 if ok else 1)
 
 
-def report(results, timings, logs, failures):
-    ref = results["pg"]
-    cols = [c for c in results if c != "pg"]
+def report(results, timings, logs, failures, ref_name="pg"):
+    """Compare every column of `results` with the reference column `ref_name`; print the
+    table and the verdict; True when all match."""
+    ref = results[ref_name]
+    cols = [c for c in results if c != ref_name]
     verdicts = {c: compare(ref, results[c]) for c in cols}
     ref_errors = [s["name"] for s in ref if "error" in s]
 
     w = max([len(s["name"]) for s in ref] + [10])
-    print(f"{'step':<{w}}  {'pg':>8}  " + "  ".join(f"{c:>10}" for c in cols))
+    print(f"{'step':<{w}}  {ref_name:>8}  " + "  ".join(f"{c:>10}" for c in cols))
     cand_ms = {c: {s["name"]: s.get("ms") for s in results[c]} for c in cols}
     for s in ref:
         pg_cell = "ERROR" if "error" in s else f"{s.get('ms', 0):.0f}ms"
@@ -304,11 +306,11 @@ def report(results, timings, logs, failures):
             cells.append(f"{v}" if v != "match" or ms is None else f"ok {ms:.0f}ms")
         print(f"{s['name']:<{w}}  {pg_cell:>8}  " + "  ".join(f"{x:>10}" for x in cells))
     print("workload seconds: " + ", ".join(
-        f"{c} {timings[c]:.1f}" for c in ["pg"] + cols if c in timings))
+        f"{c} {timings[c]:.1f}" for c in [ref_name] + cols if c in timings))
 
     ok = not ref_errors and not failures
     if ref_errors:
-        print(f"postgres itself failed {len(ref_errors)} steps: {', '.join(ref_errors[:10])}")
+        print(f"{ref_name} itself failed {len(ref_errors)} steps: {', '.join(ref_errors[:10])}")
         for s in ref:
             if "error" in s:
                 print(f"  {s['name']}: {s['error']}")

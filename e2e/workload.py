@@ -4,7 +4,9 @@ usage: python workload.py --catalog "host=127.0.0.1 port=N user=U dbname=D" --da
                           --ext-dir DIR --out results.json [--s3]
 
 The catalog is DuckLake's metadata database reached through DuckDB's postgres extension
-(`ducklake:postgres:<libpq string>`): PostgreSQL itself, or `rocklake serve`. Each step is a named
+(`ducklake:postgres:<libpq string>`): PostgreSQL itself, or `rocklake serve`; or DuckLake's own
+embedded catalogs, `sqlite:PATH` (a SQLite file) or `duckdb:PATH` (a DuckDB file), where the
+steps that use the catalog as a PostgreSQL database are left out. Each step is a named
 query; its result rows are normalised so that two runs against two different catalogs can be
 compared with `==`:
   * values that legitimately differ between runs are masked, and only those: snapshot times
@@ -166,6 +168,29 @@ class Recorder:
     def x(self, name, sql):
         """A statement whose only result is success (DDL, DML without RETURNING, CALLs)."""
         return self.q(name, sql, sort=False)
+
+
+def catalog_kind(catalog):
+    """`postgres`, `sqlite` or `duckdb`: what kind of database the catalog argument names."""
+    for kind in ("sqlite", "duckdb"):
+        if catalog.startswith(kind + ":"):
+            return kind
+    return "postgres"
+
+
+def ducklake_url(catalog):
+    """The ATTACH string of a catalog argument."""
+    kind = catalog_kind(catalog)
+    if kind == "sqlite":
+        return f"ducklake:{catalog}"
+    if kind == "duckdb":
+        return f"ducklake:{catalog[len('duckdb:'):]}"
+    return f"ducklake:postgres:{catalog}"
+
+
+def meta_schema(catalog):
+    """Where DuckDB shows DuckLake's own tables: the metadata database's schema."""
+    return "public" if catalog_kind(catalog) == "postgres" else "main"
 
 
 def workload(r, attach_sql, reattach, catalog):
@@ -430,7 +455,7 @@ def workload(r, attach_sql, reattach, catalog):
       "FROM lake.snapshots() ORDER BY snapshot_id")
 
     # --- the catalog's own tables, read through DuckDB's postgres extension -------------------
-    meta = "__ducklake_metadata_lake.public"
+    meta = f"__ducklake_metadata_lake.{meta_schema(catalog)}"
     q("meta_metadata", f"SELECT key, value, scope, scope_id FROM {meta}.ducklake_metadata")
     q("meta_snapshot", f"SELECT * FROM {meta}.ducklake_snapshot", mask_cols=("snapshot_time",))
     q("meta_snapshot_changes", f"SELECT * FROM {meta}.ducklake_snapshot_changes")
@@ -458,29 +483,31 @@ def workload(r, attach_sql, reattach, catalog):
     # --- the server as a plain database: a client's own table with array columns, written
     # (binary/text COPY), read, filtered, updated (DuckDB's temp table + ctid join) and deleted
     # through DuckDB's postgres extension ----------------------------------------------------
-    x("plain_attach", f"ATTACH '{catalog}' AS pgdb (TYPE postgres)")
-    x("arrays_create", "CREATE TABLE pgdb.public.e2e_arrays(id INTEGER, a INTEGER[], "
-      "b VARCHAR[], d DOUBLE[], e BOOLEAN[], n BIGINT[], u UUID[], m DECIMAL(10,2)[], dt DATE[], "
-      "ts TIMESTAMP[], iv INTERVAL[], bl BLOB[])")
-    q("arrays_insert", "INSERT INTO pgdb.public.e2e_arrays VALUES "
-      "(1, [1, 2, NULL], ['a b', 'c', '', 'x\"y', 'back\\slash', '{}'], [1.5, 'inf'::DOUBLE, -0.25], "
-      "[true, NULL], [9223372036854775807], ['a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'], "
-      "[1.5, 2], ['2024-01-02'::DATE], ['1999-12-31 23:59:59.5'::TIMESTAMP, NULL], "
-      "[INTERVAL '1 year 2 months 3 days 04:05:06.7', INTERVAL '-1 day 2 hours'], "
-      "['\\xde\\xad'::BLOB, ''::BLOB, 'a,b'::BLOB]), "
-      "(2, [], [], NULL, [false], NULL, [], [], [], [], [], []), "
-      "(3, NULL, ['only'], [1e20], [], [-1, 0], NULL, NULL, NULL, NULL, NULL, NULL)")
-    q("arrays_read", "SELECT * FROM pgdb.public.e2e_arrays ORDER BY id")
-    q("arrays_filter", "SELECT id, a[1], len(b) FROM pgdb.public.e2e_arrays "
-      "WHERE list_contains(a, 2) OR id = 3 ORDER BY id")
-    q("arrays_server_side", "SELECT * FROM postgres_query('pgdb', 'SELECT id, a, b, a[2] AS second, "
-      "cardinality(b) AS nb FROM public.e2e_arrays WHERE 2 = ANY(a) OR a = ''{}''::int[] ORDER BY id')")
-    q("arrays_update", "UPDATE pgdb.public.e2e_arrays SET a = [7, 8], b = ['u'], "
-      "iv = [INTERVAL '5 minutes'] WHERE id = 2")
-    q("arrays_delete", "DELETE FROM pgdb.public.e2e_arrays WHERE id = 3")
-    q("arrays_read_after", "SELECT id, a, b, n, iv FROM pgdb.public.e2e_arrays ORDER BY id")
-    x("arrays_drop", "DROP TABLE pgdb.public.e2e_arrays")
-    x("plain_detach", "DETACH pgdb")
+    # (Only on a PostgreSQL catalog: DuckLake's embedded catalogs are no PostgreSQL database.)
+    if catalog_kind(catalog) == "postgres":
+        x("plain_attach", f"ATTACH '{catalog}' AS pgdb (TYPE postgres)")
+        x("arrays_create", "CREATE TABLE pgdb.public.e2e_arrays(id INTEGER, a INTEGER[], "
+          "b VARCHAR[], d DOUBLE[], e BOOLEAN[], n BIGINT[], u UUID[], m DECIMAL(10,2)[], dt DATE[], "
+          "ts TIMESTAMP[], iv INTERVAL[], bl BLOB[])")
+        q("arrays_insert", "INSERT INTO pgdb.public.e2e_arrays VALUES "
+          "(1, [1, 2, NULL], ['a b', 'c', '', 'x\"y', 'back\\slash', '{}'], [1.5, 'inf'::DOUBLE, -0.25], "
+          "[true, NULL], [9223372036854775807], ['a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'], "
+          "[1.5, 2], ['2024-01-02'::DATE], ['1999-12-31 23:59:59.5'::TIMESTAMP, NULL], "
+          "[INTERVAL '1 year 2 months 3 days 04:05:06.7', INTERVAL '-1 day 2 hours'], "
+          "['\\xde\\xad'::BLOB, ''::BLOB, 'a,b'::BLOB]), "
+          "(2, [], [], NULL, [false], NULL, [], [], [], [], [], []), "
+          "(3, NULL, ['only'], [1e20], [], [-1, 0], NULL, NULL, NULL, NULL, NULL, NULL)")
+        q("arrays_read", "SELECT * FROM pgdb.public.e2e_arrays ORDER BY id")
+        q("arrays_filter", "SELECT id, a[1], len(b) FROM pgdb.public.e2e_arrays "
+          "WHERE list_contains(a, 2) OR id = 3 ORDER BY id")
+        q("arrays_server_side", "SELECT * FROM postgres_query('pgdb', 'SELECT id, a, b, a[2] AS second, "
+          "cardinality(b) AS nb FROM public.e2e_arrays WHERE 2 = ANY(a) OR a = ''{}''::int[] ORDER BY id')")
+        q("arrays_update", "UPDATE pgdb.public.e2e_arrays SET a = [7, 8], b = ['u'], "
+          "iv = [INTERVAL '5 minutes'] WHERE id = 2")
+        q("arrays_delete", "DELETE FROM pgdb.public.e2e_arrays WHERE id = 3")
+        q("arrays_read_after", "SELECT id, a, b, n, iv FROM pgdb.public.e2e_arrays ORDER BY id")
+        x("arrays_drop", "DROP TABLE pgdb.public.e2e_arrays")
+        x("plain_detach", "DETACH pgdb")
 
     # --- drops -------------------------------------------------------------------------------
     x("drop_create_scratch", "CREATE TABLE lake.main.scratch AS SELECT * FROM range(5) t(i)")
@@ -547,7 +574,7 @@ META_VERSIONED = ["ducklake_schema", "ducklake_table", "ducklake_column", "duckl
 USER_TABLES = ["s1.orders2", "main.customers", "main.ticks", "s1.small", "s1.events"]
 
 
-def reread(r, attach_sql):
+def reread(r, attach_sql, meta="__ducklake_metadata_lake.public"):
     """After the workload (and, on RockLake, a restart after `retain-from` and `gc`): read
     everything DuckLake still keeps, at every snapshot it keeps. Read only."""
     q, x = r.q, r.x
@@ -565,7 +592,6 @@ def reread(r, attach_sql):
             f"'lake', '{schema}', '{name}', {snaps[0]}, {snaps[-1]}) GROUP BY ALL")
     q("after_gc_table_info", "SELECT table_name, file_count, delete_file_count "
       "FROM ducklake_table_info('lake')")
-    meta = "__ducklake_metadata_lake.public"
     for t in META_TABLES:
         r.read_or_fail(f"after_gc_meta_{t}", f"SELECT count(*) FROM {meta}.{t}")
     for t in META_VERSIONED:
@@ -601,7 +627,7 @@ def run(catalog, data_path, ext_dir, s3=False, phase="all"):
 
     def attach_sql(alias="lake", extra=""):
         opts = f"DATA_PATH '{data_path.rstrip('/')}/'" + (f", {extra}" if extra else "")
-        return f"ATTACH 'ducklake:postgres:{catalog}' AS {alias} ({opts})"
+        return f"ATTACH '{ducklake_url(catalog)}' AS {alias} ({opts})"
     first = Recorder(fresh(), data_path)
 
     def reattach():
@@ -612,7 +638,7 @@ def run(catalog, data_path, ext_dir, s3=False, phase="all"):
 
     try:
         if phase == "reread":
-            last = reread(first, attach_sql)
+            last = reread(first, attach_sql, f"__ducklake_metadata_lake.{meta_schema(catalog)}")
         elif phase == "expire":
             last = expire_old(first, attach_sql)
         else:
@@ -625,7 +651,8 @@ def run(catalog, data_path, ext_dir, s3=False, phase="all"):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--catalog", required=True, help="libpq string of the metadata catalog")
+    ap.add_argument("--catalog", required=True,
+                    help="libpq string of the metadata catalog, or sqlite:PATH / duckdb:PATH")
     ap.add_argument("--data-path", required=True, help="DATA_PATH folder or s3:// prefix")
     ap.add_argument("--ext-dir", required=True, help="extension directory (see setup_ext.py)")
     ap.add_argument("--out", required=True, help="where to write the recorded steps as JSON")

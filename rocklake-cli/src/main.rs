@@ -154,29 +154,33 @@ enum Command {
               value_parser = clap::value_parser!(u32).range(1..))]
         operations: u32,
     },
-    /// Copy a whole DuckLake catalog kept in PostgreSQL into a RockLake store without one,
-    /// in one transaction (a failure leaves the store without a catalog). The source is read
-    /// as of one snapshot, so it may keep serving meanwhile.
+    /// Copy a whole DuckLake catalog kept in PostgreSQL or in a SQLite file into a RockLake
+    /// store without one (a failure removes what it wrote, leaving the store without a
+    /// catalog). The source is read as of one snapshot, so it may keep serving meanwhile.
     Import {
-        /// The source catalog's PostgreSQL: a libpq string (`host=... dbname=...`), a
-        /// `postgresql://` URL, or DuckLake's `ducklake:postgres:...` form.
+        /// The source catalog: PostgreSQL as a libpq string (`host=... dbname=...`), a
+        /// `postgresql://` URL or DuckLake's `ducklake:postgres:...` form; or a SQLite file as
+        /// `sqlite:PATH`, `ducklake:sqlite:PATH` or a path ending in `.sqlite` or `.db`.
         source: String,
         /// The target store (`file:///path`, `s3://...`, `sled:///path`, `rocksdb:///path`).
         url: String,
         /// The schema that holds the catalog's tables (DuckLake's METADATA_SCHEMA), on both
-        /// sides.
+        /// sides (a SQLite file has none: the store's side).
         #[arg(long, default_value = "public")]
         schema: String,
     },
-    /// Copy a RockLake store's DuckLake catalog into a PostgreSQL database, where stock DuckDB
-    /// attaches it with `ducklake:postgres:`; one transaction there (a failure leaves nothing).
+    /// Copy a RockLake store's DuckLake catalog into a PostgreSQL database or a new SQLite
+    /// file, where stock DuckDB attaches it with `ducklake:postgres:` or `ducklake:sqlite:`;
+    /// one transaction there (a failure leaves nothing).
     /// The store is read as of one snapshot (a SlateDB store beside its running server).
     Export {
         /// The store to read.
         url: String,
-        /// The target PostgreSQL (as for `import`); its schema must hold no DuckLake catalog.
+        /// The target PostgreSQL or SQLite file (written as for `import`); its schema (or the
+        /// file) must hold none of the catalog's tables.
         target: String,
-        /// The schema that holds the catalog's tables, on both sides.
+        /// The schema that holds the catalog's tables, on both sides (a SQLite file has none:
+        /// the store's side).
         #[arg(long, default_value = "public")]
         schema: String,
     },

@@ -233,7 +233,9 @@ fn a_read_only_server_beside_the_writer_never_fences_it() {
 
 /// A lake built on PostgreSQL, imported into each engine, served, exported back: DuckDB reads
 /// the same answers on all three, the export equals the source row for row, bad sources are
-/// refused leaving nothing behind (#23 items 1-3).
+/// refused leaving nothing behind (#23 items 1-3). The same for a lake on DuckLake's SQLite
+/// file (exported back into SQLite, equal value for value), and a DuckDB-file lake imported
+/// through DuckDB's copy of it into SQLite.
 #[test]
 fn a_catalog_moves_from_postgresql_into_rocklake_and_back() {
     let Some(env) = env() else { return };

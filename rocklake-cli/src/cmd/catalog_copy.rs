@@ -193,17 +193,28 @@ pub(crate) async fn pg_version(client: &Client, schema: &str) -> Result<String, 
     }
 }
 
-/// Refuse a catalog version this build does not move.
-pub(crate) fn check_version(version: &str, schema: &str) -> Result<(), Error> {
+/// Refuse a catalog version this build does not move; `place` names where the catalog is
+/// (`schema public`, a file).
+pub(crate) fn check_version(version: &str, place: &str) -> Result<(), Error> {
     if DUCKLAKE_VERSIONS.contains(&version) {
         return Ok(());
     }
     Err(Error::InvalidArgument(format!(
-        "the DuckLake catalog in schema {schema} is version {version}; this build moves version \
+        "the DuckLake catalog in {place} is version {version}; this build moves version \
          {} (an older catalog is upgraded by attaching it once with DuckDB 1.5; a newer one \
          needs a newer RockLake)",
         DUCKLAKE_VERSIONS.join(", ")
     )))
+}
+
+/// One table's line of progress on stderr (nothing with `quiet`).
+pub(crate) fn progress(quiet: bool, table: &str, rows: u64, since: Instant) {
+    if !quiet {
+        eprintln!(
+            "  {table:<40} {rows:>10} rows {:>7.1} s",
+            since.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// Print what was moved: rows per table as JSON, or the line `text(tables, rows, seconds,

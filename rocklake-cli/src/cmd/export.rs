@@ -1,10 +1,11 @@
-//! `rocklake export URL TARGET`: write a RockLake store's DuckLake catalog into PostgreSQL,
-//! where stock DuckDB attaches it as before (the way out).
+//! `rocklake export URL TARGET`: write a RockLake store's DuckLake catalog into PostgreSQL or
+//! into a SQLite file, where stock DuckDB attaches it as before (the way out).
 //!
 //! The store is read in one `REPEATABLE READ` transaction (one snapshot of it; a SlateDB store
-//! is opened as a reader, so its running server keeps serving). The target's schema must hold
-//! none of the tables; they are created and filled in one transaction there, so a failure
-//! leaves nothing behind.
+//! is opened as a reader, so its running server keeps serving). The target's schema (or
+//! file) must hold none of the tables; they are created and filled in one transaction there,
+//! so a failure leaves nothing behind. A SQLite target gets DuckLake's SQLite layout
+//! (`sqlite_catalog`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +20,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
 use crate::cmd::catalog_copy::{self, quote, Table};
+use crate::cmd::sqlite_catalog::{self, InlinedTypes, SqliteTarget};
 use crate::CliResult;
 
 /// How many bytes of COPY text go to PostgreSQL in one message.
@@ -67,10 +69,19 @@ async fn export(
         )));
     }
     let version = store_version(&mut session, schema).await?;
-    catalog_copy::check_version(&version, schema)?;
+    catalog_copy::check_version(&version, &format!("schema {schema}"))?;
+    let tables: Vec<Table> = rels.iter().map(|r| table_of(r)).collect();
+    if let Some(path) = sqlite_catalog::sqlite_path(target) {
+        let result = export_sqlite(&mut session, schema, &tables, &path, quiet).await;
+        let _ = session.run("ROLLBACK").await;
+        return result.map_err(|e| {
+            Error::InvalidArgument(format!(
+                "export of {url} failed, nothing of it was written: {e}"
+            ))
+        });
+    }
 
     let client = catalog_copy::connect_pg(target).await?;
-    let tables: Vec<Table> = rels.iter().map(|r| table_of(r)).collect();
     refuse_existing(&client, schema, &tables).await?;
     client
         .batch_execute("BEGIN")
@@ -91,13 +102,7 @@ async fn export(
         let t0 = Instant::now();
         match copy_table(&client, &mut session, schema, t).await {
             Ok(n) => {
-                if !quiet {
-                    eprintln!(
-                        "  {:<40} {n:>10} rows {:>7.1} s",
-                        t.name,
-                        t0.elapsed().as_secs_f64()
-                    );
-                }
+                catalog_copy::progress(quiet, &t.name, n, t0);
                 done.push((t.name.clone(), n));
             }
             Err(e) => result = Err(e),
@@ -120,6 +125,117 @@ async fn export(
         ))
     })?;
     Ok(done)
+}
+
+/// Write every table into a new SQLite catalog at `path`, in one SQLite transaction.
+async fn export_sqlite(
+    session: &mut Session,
+    schema: &str,
+    tables: &[Table],
+    path: &std::path::Path,
+    quiet: bool,
+) -> Result<Vec<(String, u64)>, String> {
+    let inlined = if tables.iter().any(|t| InlinedTypes::is_inlined(&t.name)) {
+        store_inlined_types(session, schema).await?
+    } else {
+        InlinedTypes::default()
+    };
+    let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
+    let target = SqliteTarget::begin(path, &names).map_err(|e| match e {
+        Error::InvalidArgument(m) => m,
+        e => e.to_string(),
+    })?;
+    let mut done = Vec::with_capacity(tables.len());
+    for t in tables {
+        let t0 = Instant::now();
+        let written = async {
+            let kinds = target.create(t, &inlined)?;
+            let batches = read_table(session, schema, t).await?;
+            let rows = batches.iter().flat_map(|b| {
+                (0..b.num_rows()).map(move |row| {
+                    b.columns()
+                        .iter()
+                        .map(|c| rocklake_server::wire::text_value(c.as_ref(), row))
+                        .collect::<Vec<_>>()
+                })
+            });
+            target.insert(t, &kinds, rows)
+        }
+        .await;
+        match written {
+            Ok(n) => {
+                catalog_copy::progress(quiet, &t.name, n, t0);
+                done.push((t.name.clone(), n));
+            }
+            Err(e) => {
+                target.abandon();
+                return Err(e);
+            }
+        }
+    }
+    target.commit()?;
+    Ok(done)
+}
+
+/// The DuckLake types of the store's inlined-data columns.
+async fn store_inlined_types(session: &mut Session, schema: &str) -> Result<InlinedTypes, String> {
+    let s = quote(schema);
+    let tables = query_text(
+        session,
+        &format!(
+            "SELECT table_name, table_id, schema_version FROM {s}.ducklake_inlined_data_tables"
+        ),
+    )
+    .await?;
+    let snapshots = query_text(
+        session,
+        &format!("SELECT snapshot_id, schema_version FROM {s}.ducklake_snapshot"),
+    )
+    .await?;
+    let columns = query_text(
+        session,
+        &format!(
+            "SELECT table_id, column_name, column_type, begin_snapshot, end_snapshot \
+             FROM {s}.ducklake_column WHERE parent_column IS NULL"
+        ),
+    )
+    .await?;
+    sqlite_catalog::inlined_types_from_text(tables, snapshots, columns)
+}
+
+/// Every row of a query as PostgreSQL text values.
+async fn query_text(session: &mut Session, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    let out = session.run(sql).await.map_err(|e| e.message)?;
+    let Output::Rows { batches, .. } = out else {
+        return Err(format!("{sql} answered {}", out.tag()));
+    };
+    Ok(batches
+        .iter()
+        .flat_map(|b| {
+            (0..b.num_rows()).map(move |row| {
+                b.columns()
+                    .iter()
+                    .map(|c| rocklake_server::wire::text_value(c.as_ref(), row))
+                    .collect()
+            })
+        })
+        .collect())
+}
+
+/// Every row of `t` as the store's COPY reads it.
+async fn read_table(
+    session: &mut Session,
+    schema: &str,
+    t: &Table,
+) -> Result<Vec<RecordBatch>, String> {
+    let out = session
+        .run(&t.copy_out_sql(schema))
+        .await
+        .map_err(|e| format!("reading {}: {}", t.name, e.message))?;
+    match out {
+        Output::CopyOut { batches, .. } | Output::Rows { batches, .. } => Ok(batches),
+        other => Err(format!("reading {} answered {}", t.name, other.tag())),
+    }
 }
 
 /// One stored table as the target creates it.
@@ -212,14 +328,7 @@ async fn copy_table(
         .batch_execute(&t.create_sql(schema))
         .await
         .map_err(|e| format!("creating {}: {}", t.name, catalog_copy::pg_message(&e)))?;
-    let out = session
-        .run(&t.copy_out_sql(schema))
-        .await
-        .map_err(|e| format!("reading {}: {}", t.name, e.message))?;
-    let batches = match out {
-        Output::CopyOut { batches, .. } | Output::Rows { batches, .. } => batches,
-        other => return Err(format!("reading {} answered {}", t.name, other.tag())),
-    };
+    let batches = read_table(session, schema, t).await?;
     let sink = client
         .copy_in(&t.copy_in_sql(schema))
         .await

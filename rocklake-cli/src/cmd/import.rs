@@ -1,12 +1,13 @@
-//! `rocklake import SOURCE URL`: bring a DuckLake catalog kept in PostgreSQL into a RockLake
-//! store.
+//! `rocklake import SOURCE URL`: bring a DuckLake catalog kept in PostgreSQL or in a SQLite
+//! file into a RockLake store.
 //!
 //! Every table of the catalog's schema (DuckLake's own, its inlined-data tables and whatever
 //! else DuckDB's postgres extension created there) is created and filled through RockLake's
 //! SQL layer, exactly as DuckDB's own statements would have put them: the tag layout places
 //! the keys, DuckDB's ids stay the named keys they are, and the id spaces' marks follow. The
-//! source is read in one `REPEATABLE READ` transaction, so a catalog that is written while
-//! the import runs is copied as of one snapshot of it.
+//! source is read in one `REPEATABLE READ` transaction (one SQLite transaction), so a catalog
+//! that is written while the import runs is copied as of one snapshot of it. A SQLite
+//! catalog's columns are mapped to the PostgreSQL layout first (`sqlite_catalog`).
 //!
 //! The rows land in transactions of a few MiB each (one transaction of a large catalog's
 //! millions of rows would hold them all in memory twice over, and sled takes many GiB to apply
@@ -16,6 +17,7 @@
 //! store an interrupted import left behind (tables, no `ducklake_metadata`) is refused by the
 //! next import, which says so.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use futures::{pin_mut, StreamExt};
@@ -24,26 +26,53 @@ use rocklake_sql::{Database, Output, Session, SqlError};
 use tokio_postgres::Client;
 
 use crate::cmd::catalog_copy::{self, Table};
+use crate::cmd::sqlite_catalog::{self, Kind, SqliteSource};
 use crate::CliResult;
 
 /// How many bytes of the source's COPY text are decoded and loaded at a time.
 const CHUNK: usize = 4 << 20;
 
+/// Where the rows come from: a PostgreSQL read, or a SQLite file and each table's column
+/// kinds.
+enum Source {
+    Pg(Client),
+    Sqlite(SqliteSource, HashMap<String, Vec<Kind>>),
+}
+
 pub(crate) async fn run(source: String, url: String, schema: String, json: bool) -> CliResult {
     let started = Instant::now();
-    let client = catalog_copy::connect_pg(&source).await?;
-    // One snapshot of the source for every table; the session's text output fixed to what
-    // RockLake's COPY input reads back exactly.
-    client
-        .batch_execute(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL TimeZone = 'UTC'; \
-             SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL IntervalStyle = 'postgres'; \
-             SET LOCAL extra_float_digits = 1; SET LOCAL bytea_output = 'hex'",
-        )
-        .await
-        .map_err(|e| pg_error("could not begin a read of the source", e))?;
-    let tables = catalog_copy::pg_tables(&client, &schema).await?;
-    catalog_copy::check_version(&catalog_copy::pg_version(&client, &schema).await?, &schema)?;
+    let (source, tables) = match sqlite_catalog::sqlite_path(&source) {
+        Some(path) => {
+            let src = SqliteSource::open(&path)?;
+            let tables = src.tables()?;
+            catalog_copy::check_version(&src.version()?, &path.display().to_string())?;
+            let kinds = tables
+                .iter()
+                .map(|(t, k)| (t.name.clone(), k.clone()))
+                .collect();
+            let tables = tables.into_iter().map(|(t, _)| t).collect::<Vec<_>>();
+            (Source::Sqlite(src, kinds), tables)
+        }
+        None => {
+            let client = catalog_copy::connect_pg(&source).await?;
+            // One snapshot of the source for every table; the session's text output fixed to
+            // what RockLake's COPY input reads back exactly.
+            client
+                .batch_execute(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL TimeZone = 'UTC'; \
+                     SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL IntervalStyle = 'postgres'; \
+                     SET LOCAL extra_float_digits = 1; SET LOCAL bytea_output = 'hex'",
+                )
+                .await
+                .map_err(|e| pg_error("could not begin a read of the source", e))?;
+            let tables = catalog_copy::pg_tables(&client, &schema).await?;
+            catalog_copy::check_version(
+                &catalog_copy::pg_version(&client, &schema).await?,
+                &format!("schema {schema}"),
+            )?;
+            (Source::Pg(client), tables)
+        }
+    };
 
     let ks = Keyspace::open(crate::open_writer(&url).await?).await?;
     let db = Database::open(ks).await.map_err(sql_error)?;
@@ -65,9 +94,12 @@ pub(crate) async fn run(source: String, url: String, schema: String, json: bool)
     }
     let mut session = Session::new(db.clone());
     let mut created = Vec::new();
-    let loaded = load(&client, &mut session, &schema, &tables, &mut created, json).await;
+    let loaded = load(&source, &mut session, &schema, &tables, &mut created, json).await;
     // Whatever happened, the source's read ends.
-    let _ = client.batch_execute("ROLLBACK").await;
+    if let Source::Pg(client) = &source {
+        let _ = client.batch_execute("ROLLBACK").await;
+    }
+    drop(source);
     let outcome = match loaded {
         Ok(rows) => Ok(rows),
         Err(e) => Err(match undo(&mut session, &schema, &created).await {
@@ -98,7 +130,7 @@ pub(crate) async fn run(source: String, url: String, schema: String, json: bool)
 /// Create every table (`ducklake_metadata` last) and fill it; the rows per table. `created`
 /// gets each table whose creation committed.
 async fn load(
-    client: &Client,
+    source: &Source,
     session: &mut Session,
     schema: &str,
     tables: &[Table],
@@ -122,8 +154,8 @@ async fn load(
     let mut done = Vec::with_capacity(tables.len());
     for t in &rest {
         let t0 = Instant::now();
-        let n = copy_table(client, session, schema, t).await?;
-        progress(quiet, &t.name, n, t0);
+        let n = copy_table(source, session, schema, t).await?;
+        catalog_copy::progress(quiet, &t.name, n, t0);
         done.push((t.name.clone(), n));
     }
     // The table that makes it a catalog, whole, in one transaction.
@@ -131,9 +163,9 @@ async fn load(
         let t0 = Instant::now();
         session.run("BEGIN").await?;
         create(session, schema, t).await?;
-        let n = copy_table(client, session, schema, t).await?;
+        let n = copy_table(source, session, schema, t).await?;
         session.run("COMMIT").await?;
-        progress(quiet, &t.name, n, t0);
+        catalog_copy::progress(quiet, &t.name, n, t0);
         done.push((t.name.clone(), n));
     }
     Ok(done)
@@ -145,15 +177,6 @@ async fn create(session: &mut Session, schema: &str, t: &Table) -> Result<(), Sq
         .await
         .map(|_| ())
         .map_err(|e| SqlError::new(e.code, format!("creating table {}: {}", t.name, e.message)))
-}
-
-fn progress(quiet: bool, table: &str, rows: u64, since: Instant) {
-    if !quiet {
-        eprintln!(
-            "  {table:<40} {rows:>10} rows {:>7.1} s",
-            since.elapsed().as_secs_f64()
-        );
-    }
 }
 
 /// After a failure: end an open transaction and drop every table the import created (each
@@ -184,9 +207,48 @@ fn shown(e: &SqlError) -> String {
     }
 }
 
-/// Stream one table's rows from the source's `COPY ... TO STDOUT` into RockLake's `COPY ...
-/// FROM STDIN`, a few MiB at a time; the rows copied.
+/// Copy one table's rows from the source into RockLake's `COPY ... FROM STDIN`, a few MiB
+/// of COPY text at a time; the rows copied.
 async fn copy_table(
+    source: &Source,
+    session: &mut Session,
+    schema: &str,
+    t: &Table,
+) -> Result<u64, SqlError> {
+    match source {
+        Source::Pg(client) => copy_pg_table(client, session, schema, t).await,
+        Source::Sqlite(src, kinds) => {
+            let kinds = &kinds[&t.name];
+            let read = |e: String| SqlError::new("08006", e);
+            let mut stmt = src.select(t).map_err(read)?;
+            let mut rows = stmt
+                .query([])
+                .map_err(|e| read(format!("reading {} from the source: {e}", t.name)))?;
+            let mut buf = String::with_capacity(CHUNK + (64 << 10));
+            let mut n = 0u64;
+            while let Some(row) = rows
+                .next()
+                .map_err(|e| read(format!("reading {} from the source: {e}", t.name)))?
+            {
+                n += 1;
+                sqlite_catalog::push_row(&mut buf, row, t, kinds, n)
+                    .map_err(|e| SqlError::new("22P02", e))?;
+                if buf.len() >= CHUNK {
+                    load_lines(session, schema, t, buf.as_bytes()).await?;
+                    buf.clear();
+                }
+            }
+            if !buf.is_empty() {
+                load_lines(session, schema, t, buf.as_bytes()).await?;
+            }
+            Ok(n)
+        }
+    }
+}
+
+/// Stream one table's rows from PostgreSQL's `COPY ... TO STDOUT` into RockLake's `COPY ...
+/// FROM STDIN`, a few MiB at a time; the rows copied.
+async fn copy_pg_table(
     client: &Client,
     session: &mut Session,
     schema: &str,

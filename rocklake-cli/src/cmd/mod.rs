@@ -19,5 +19,6 @@ pub(crate) mod retain_from;
 pub(crate) mod scan;
 pub(crate) mod serve;
 pub(crate) mod sql;
+pub(crate) mod sqlite_catalog;
 pub(crate) mod tags;
 pub(crate) mod verify;
