@@ -175,6 +175,10 @@ impl KvBackend for FaultyHandle {
         self.0.inner.capabilities()
     }
 
+    fn engine_stats(&self) -> Vec<rocklake_core::EngineStat> {
+        self.0.inner.engine_stats()
+    }
+
     async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
         if self.0.tick() {
             if self.0.after_apply.load(Ordering::SeqCst) {

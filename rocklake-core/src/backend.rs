@@ -308,6 +308,42 @@ impl WriteBatch {
     }
 }
 
+/// One figure an engine keeps about itself (its own counters, sizes and latencies), for a
+/// monitoring system to scrape beside RockLake's own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineStat {
+    /// The engine's own name for it, prefixed with the engine's (`rocksdb.estimate-num-keys`,
+    /// `slatedb.db.write_ops`); an exporter makes it a metric name.
+    pub name: String,
+    /// Label pairs that tell apart several figures of one name.
+    pub labels: Vec<(String, String)>,
+    /// What it measures, in the engine's words where it has them.
+    pub help: String,
+    /// The figure now.
+    pub value: StatValue,
+}
+
+/// The value of an [`EngineStat`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatValue {
+    /// Only ever grows while the store is open.
+    Counter(u64),
+    /// Any value now.
+    Gauge(f64),
+    /// Observations by bucket: `counts[i]` fell at or below `bounds[i]` and above the bound
+    /// before it; the last count (`counts.len() == bounds.len() + 1`) above every bound.
+    Histogram {
+        /// Observations in all.
+        count: u64,
+        /// Their sum.
+        sum: f64,
+        /// Upper bounds of the buckets, ascending.
+        bounds: Vec<f64>,
+        /// Observations per bucket (not cumulative).
+        counts: Vec<u64>,
+    },
+}
+
 /// What an engine can and cannot do. Tests and the conformance suite read this instead of
 /// skipping checks silently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -445,6 +481,12 @@ pub trait KvBackend: ReadView + fmt::Debug {
     /// Contents never change. `Ok(false)`: there is nothing this engine can be made to do.
     async fn compact(&self) -> Result<bool> {
         Ok(false)
+    }
+
+    /// The engine's own figures about itself, read now (cheap: no I/O beyond a file's size).
+    /// Empty for an engine that keeps none.
+    fn engine_stats(&self) -> Vec<EngineStat> {
+        Vec::new()
     }
 }
 

@@ -72,6 +72,11 @@ pub trait Engine: ReadView + fmt::Debug + 'static {
     async fn compact(&self) -> Result<bool> {
         Ok(false)
     }
+
+    /// The engine's own figures (see [`KvBackend::engine_stats`]).
+    fn stats(&self) -> Vec<crate::backend::EngineStat> {
+        Vec::new()
+    }
 }
 
 /// A [`KvBackend`] over an [`Engine`]: preconditions, group commit, views and close, once for
@@ -191,6 +196,10 @@ impl<E: Engine> KvBackend for EngineBackend<E> {
             point_in_time_views: true,
             ..self.engine.capabilities()
         }
+    }
+
+    fn engine_stats(&self) -> Vec<crate::backend::EngineStat> {
+        self.engine.stats()
     }
 
     async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {

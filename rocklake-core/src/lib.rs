@@ -46,8 +46,8 @@ pub mod values;
 pub mod verify;
 
 pub use backend::{
-    Capabilities, Durability, KeyRange, KvBackend, KvPair, Order, Pager, ReadView, ReadViewExt,
-    WriteBatch,
+    Capabilities, Durability, EngineStat, KeyRange, KvBackend, KvPair, Order, Pager, ReadView,
+    ReadViewExt, StatValue, WriteBatch,
 };
 pub use copy::{copy_view, CopyReport, StoreCopy, COPY_BATCH_BYTES};
 pub use engine::{Engine, EngineBackend};

@@ -61,7 +61,7 @@ use rocklake_core::blocking;
 use rocklake_core::error::{Error, Result};
 #[cfg(doc)]
 use rocklake_core::KvBackend;
-use rocklake_core::{Engine, EngineBackend};
+use rocklake_core::{Engine, EngineBackend, EngineStat, StatValue};
 use rocksdb::{DBCompressionType, Options, ReadOptions, SnapshotWithThreadMode, WriteOptions, DB};
 
 use crate::error::ENGINE;
@@ -367,10 +367,112 @@ impl ReadView for RocksEngine {
     }
 }
 
+/// The RocksDB properties `stats` reports: name, whether it only grows, what it is.
+const PROPERTIES: &[(&str, bool, &str)] = &[
+    (
+        "rocksdb.estimate-num-keys",
+        false,
+        "Estimated number of keys (memtables and SST files)",
+    ),
+    (
+        "rocksdb.total-sst-files-size",
+        false,
+        "Bytes of all SST files, live and obsolete",
+    ),
+    (
+        "rocksdb.live-sst-files-size",
+        false,
+        "Bytes of the SST files of the current version",
+    ),
+    ("rocksdb.num-files-at-level0", false, "SST files at level 0"),
+    (
+        "rocksdb.cur-size-all-mem-tables",
+        false,
+        "Bytes of the active and unflushed memtables",
+    ),
+    (
+        "rocksdb.num-immutable-mem-table",
+        false,
+        "Immutable memtables not yet flushed",
+    ),
+    (
+        "rocksdb.mem-table-flush-pending",
+        false,
+        "1 when a memtable flush is pending",
+    ),
+    (
+        "rocksdb.compaction-pending",
+        false,
+        "1 when at least one compaction is pending",
+    ),
+    (
+        "rocksdb.num-running-compactions",
+        false,
+        "Compactions running now",
+    ),
+    (
+        "rocksdb.num-running-flushes",
+        false,
+        "Memtable flushes running now",
+    ),
+    (
+        "rocksdb.estimate-pending-compaction-bytes",
+        false,
+        "Estimated bytes compaction must rewrite to settle the levels",
+    ),
+    (
+        "rocksdb.num-live-versions",
+        false,
+        "Live versions (more means old iterators or snapshots hold files)",
+    ),
+    (
+        "rocksdb.num-snapshots",
+        false,
+        "Unreleased snapshots (RockLake's open read views)",
+    ),
+    (
+        "rocksdb.block-cache-usage",
+        false,
+        "Bytes in the block cache",
+    ),
+    (
+        "rocksdb.estimate-table-readers-mem",
+        false,
+        "Bytes of memory for reading SST files (indexes, filters) outside the block cache",
+    ),
+    (
+        "rocksdb.background-errors",
+        true,
+        "Background errors (a failed flush or compaction)",
+    ),
+];
+
 #[async_trait]
 impl Engine for RocksEngine {
     fn name(&self) -> &'static str {
         ENGINE
+    }
+
+    fn stats(&self) -> Vec<EngineStat> {
+        let Ok(store) = self.open_store() else {
+            return Vec::new();
+        };
+        PROPERTIES
+            .iter()
+            .filter_map(|(name, counter, help)| {
+                let v = store.db.property_int_value(*name).ok().flatten()?;
+                Some(EngineStat {
+                    name: (*name).to_string(),
+                    labels: Vec::new(),
+                    help: (*help).to_string(),
+                    value: if *counter {
+                        StatValue::Counter(v)
+                    } else {
+                        StatValue::Gauge(v as f64)
+                    },
+                })
+            })
+            .collect()
     }
 
     fn capabilities(&self) -> Capabilities {

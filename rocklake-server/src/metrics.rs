@@ -5,7 +5,8 @@
 //! SQLSTATE (`00000` for success), commits refused by a conflict (`23505`, `40001`), each
 //! message's time and its split into the SQL layer's phases, connections accepted and
 //! refused. Read at each scrape: open sessions, open transactions and the age of the oldest,
-//! and the key space's commits and group-commit flushes.
+//! the key space's commits and group-commit flushes, and the engine's own figures
+//! (`rocklake_engine_*`: RocksDB's properties, SlateDB's metrics, sled's sizes).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,13 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
+use rocklake_core::{EngineStat, StatValue};
 use rocklake_sql::phases::PHASES;
 use rocklake_sql::{Database, PhaseSnapshot, SqlError};
 
@@ -349,8 +353,76 @@ impl Collector for Live {
             MetricType::Gauge,
         )?;
         g.encode(m.encode_family(&info)?)?;
-        Ok(())
+        encode_engine_stats(&mut encoder, ks.backend().engine_stats())
     }
+}
+
+/// The engine's own figures as `engine_<its name>` metrics (dots and dashes become `_`), one
+/// family per name with the engine's labels; a figure whose kind differs from the first of
+/// its name is left out (Prometheus has one type per family).
+fn encode_engine_stats(
+    encoder: &mut DescriptorEncoder,
+    stats: Vec<EngineStat>,
+) -> Result<(), std::fmt::Error> {
+    let mut families: Vec<(String, Vec<EngineStat>)> = Vec::new();
+    for stat in stats {
+        let name = metric_name(&stat.name);
+        match families.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, members)) => members.push(stat),
+            None => families.push((name, vec![stat])),
+        }
+    }
+    for (name, members) in families {
+        let kind = |v: &StatValue| std::mem::discriminant(v);
+        let first = kind(&members[0].value);
+        let metric_type = match members[0].value {
+            StatValue::Counter(_) => MetricType::Counter,
+            StatValue::Gauge(_) => MetricType::Gauge,
+            StatValue::Histogram { .. } => MetricType::Histogram,
+        };
+        let full_name = format!("engine_{name}");
+        let mut family =
+            encoder.encode_descriptor(&full_name, &members[0].help, None, metric_type)?;
+        if members.len() == 1 && members[0].labels.is_empty() {
+            encode_stat(family, &members[0].value)?;
+            continue;
+        }
+        for stat in members.iter().filter(|s| kind(&s.value) == first) {
+            encode_stat(family.encode_family(&stat.labels)?, &stat.value)?;
+        }
+    }
+    Ok(())
+}
+
+fn encode_stat(mut m: MetricEncoder<'_>, value: &StatValue) -> Result<(), std::fmt::Error> {
+    match value {
+        StatValue::Counter(v) => ConstCounter::new(*v).encode(m),
+        StatValue::Gauge(v) => ConstGauge::new(*v).encode(m),
+        StatValue::Histogram {
+            count,
+            sum,
+            bounds,
+            counts,
+        } => {
+            let mut buckets: Vec<(f64, u64)> =
+                bounds.iter().copied().zip(counts.iter().copied()).collect();
+            // `f64::MAX` is what the encoder writes as `+Inf`.
+            buckets.push((f64::MAX, counts.get(bounds.len()).copied().unwrap_or(0)));
+            m.encode_histogram::<NoLabelSet>(*sum, *count, &buckets, None)
+        }
+    }
+}
+
+/// A Prometheus metric name from an engine's name for a figure: lower case, every character
+/// outside `[a-z0-9_]` as `_`.
+fn metric_name(engine_name: &str) -> String {
+    engine_name
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_') => c,
+            _ => '_',
+        })
+        .collect()
 }
 
 /// Serve `metrics` over HTTP on `listener` until `shutdown`: `GET /metrics` (Prometheus' text

@@ -167,6 +167,25 @@ async fn a_scrape_counts_statements_commits_conflicts_and_open_transactions() {
             "{engine}: 80 concurrent commits took {} flushes",
             g("rocklake_group_commit_size_count")
         );
+        // The engine's own figures moved with those 80 commits: SlateDB's write batches,
+        // the bytes sled's flushes wrote, RocksDB's estimate of its keys.
+        let (figure, at_least) = match engine {
+            "file" => ("rocklake_engine_slatedb_db_write_batch_count_total", 80.0),
+            "sled" => ("rocklake_engine_sled_flushed_bytes_total", 80.0),
+            "rocksdb" => ("rocklake_engine_rocksdb_estimate_num_keys", 80.0),
+            other => panic!("no engine figure named for {other}"),
+        };
+        assert!(
+            g(figure) >= at_least,
+            "{engine}: {figure} moved by {} over 80 commits; the engine's figures: {:?}",
+            g(figure),
+            grouped
+                .keys()
+                .filter(|k| k.starts_with("rocklake_engine_"))
+                .take(20)
+                .collect::<Vec<_>>()
+        );
+        println!("{engine}: {figure} +{} over 80 commits", g(figure));
         tokio::time::sleep(Duration::from_millis(300)).await;
         let after = scrape(at).await;
         assert_eq!(after["rocklake_open_transactions"], 0.0, "{engine}");

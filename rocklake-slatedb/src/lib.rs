@@ -67,9 +67,10 @@ use rocklake_core::backend::{BatchOp, Capabilities, KeyRange, KvPair, Order, Rea
 use rocklake_core::error::{Error, Result};
 #[cfg(doc)]
 use rocklake_core::KvBackend;
-use rocklake_core::{Engine, EngineBackend};
+use rocklake_core::{Engine, EngineBackend, EngineStat, StatValue};
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::{CloseReason, Db, DbSnapshot, ErrorKind, IterationOrder};
+use slatedb_common::metrics::{DefaultMetricsRecorder, MetricValue};
 
 pub mod holder;
 mod reader;
@@ -350,6 +351,8 @@ pub async fn open_url_with(url: &str, takeover: bool) -> Result<Arc<SlateBackend
 /// The SlateDB engine: one open database.
 pub struct SlateEngine {
     db: Db,
+    /// SlateDB's own counters, gauges and histograms (what [`Engine::stats`] reports).
+    metrics: Arc<DefaultMetricsRecorder>,
     location: Location,
     closed: AtomicBool,
     /// This writer's holder record (none for `memory://`, which no other process can open).
@@ -389,8 +392,10 @@ impl SlateEngine {
         } else {
             0
         };
+        let metrics = Arc::new(DefaultMetricsRecorder::new());
         let db = Db::builder(path, store.clone())
             .with_settings(settings)
+            .with_metrics_recorder(metrics.clone())
             .build()
             .await
             .map_err(|e| map_err("opening the database", e))?;
@@ -407,6 +412,7 @@ impl SlateEngine {
         };
         Ok(SlateEngine {
             db,
+            metrics,
             location,
             claim,
             closed: AtomicBool::new(false),
@@ -525,6 +531,37 @@ impl ReadView for SlateView {
 impl Engine for SlateEngine {
     fn name(&self) -> &'static str {
         "slatedb"
+    }
+
+    fn stats(&self) -> Vec<EngineStat> {
+        self.metrics
+            .snapshot()
+            .all()
+            .iter()
+            .map(|m| EngineStat {
+                name: m.name.clone(),
+                labels: m.labels.clone(),
+                help: m.description.clone(),
+                value: match &m.value {
+                    MetricValue::Counter(v) => StatValue::Counter(*v),
+                    MetricValue::Gauge(v) | MetricValue::UpDownCounter(v) => {
+                        StatValue::Gauge(*v as f64)
+                    }
+                    MetricValue::Histogram {
+                        count,
+                        sum,
+                        boundaries,
+                        bucket_counts,
+                        ..
+                    } => StatValue::Histogram {
+                        count: *count,
+                        sum: *sum,
+                        bounds: boundaries.clone(),
+                        counts: bucket_counts.clone(),
+                    },
+                },
+            })
+            .collect()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -60,7 +60,8 @@ use rocklake_core::blocking;
 #[cfg(doc)]
 use rocklake_core::KvBackend;
 use rocklake_core::{
-    Capabilities, Engine, EngineBackend, Error, KeyRange, Order, ReadView, Result,
+    Capabilities, Engine, EngineBackend, EngineStat, Error, KeyRange, Order, ReadView, Result,
+    StatValue,
 };
 
 pub use rocklake_core::blocking::INLINE_LIMIT;
@@ -332,6 +333,40 @@ impl ReadView for SledEngine {
 impl Engine for SledEngine {
     fn name(&self) -> &'static str {
         error::ENGINE
+    }
+
+    /// sled keeps few figures: the size of its files, whether the open recovered from a
+    /// crash, and the bytes each flush reported writing.
+    fn stats(&self) -> Vec<EngineStat> {
+        let Ok(db) = self.db() else {
+            return Vec::new();
+        };
+        let stat = |name: &str, help: &str, value| EngineStat {
+            name: name.to_string(),
+            labels: Vec::new(),
+            help: help.to_string(),
+            value,
+        };
+        let mut out = vec![
+            stat(
+                "sled.was_recovered",
+                "1 when the open recovered the store from files a previous process left",
+                StatValue::Gauge(if db.was_recovered() { 1.0 } else { 0.0 }),
+            ),
+            stat(
+                "sled.flushed_bytes",
+                "Bytes sled's completed flushes reported writing",
+                StatValue::Counter(self.flushed_bytes()),
+            ),
+        ];
+        if let Ok(size) = db.size_on_disk() {
+            out.push(stat(
+                "sled.size_on_disk_bytes",
+                "Bytes of sled's files on disk",
+                StatValue::Gauge(size as f64),
+            ));
+        }
+        out
     }
 
     fn capabilities(&self) -> Capabilities {
