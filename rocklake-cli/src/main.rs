@@ -14,6 +14,7 @@ use rocklake::{Error, Keyspace};
 use serde_json::json;
 
 mod cmd;
+mod progress;
 
 #[derive(Parser, Debug)]
 #[command(

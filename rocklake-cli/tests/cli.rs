@@ -331,3 +331,82 @@ fn bench_profile_runs_one_sql_operation_a_fixed_number_of_times() {
     let (success, _, err) = rocklake(&["bench", "--profile", "read", "--quick"]);
     assert!(!success && err.contains("cannot be used with"), "{err}");
 }
+
+/// A command's combined output under a real pseudo-terminal (`script`); `None` where the
+/// machine has no `script` (CI must have it).
+fn on_a_terminal(args: &[&str]) -> Option<String> {
+    let line = std::iter::once(env!("CARGO_BIN_EXE_rocklake"))
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = match Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("no `script` here ({e}): the terminal half of the progress check is skipped");
+            return None;
+        }
+        Err(e) => panic!("`script` (util-linux) is needed for the progress check: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "{args:?} under script failed: {out:?}"
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Long commands draw their progress on a terminal, and write nothing but their result when
+/// standard error is piped or they are given `--json` (#23 item 6). indicatif clears the line
+/// it draws with `ESC [2K`; nothing else the commands print does.
+#[test]
+#[cfg(feature = "slatedb")]
+fn progress_is_drawn_on_a_terminal_and_nowhere_else() {
+    const DRAWN: &str = "\x1b[2K";
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!("file://{}", dir.path().join("src").display());
+    ok(&["init", &src]);
+    ok(&[
+        "sql",
+        &src,
+        "CREATE TABLE t (a bigint); INSERT INTO t SELECT value FROM generate_series(1, 20000)",
+    ]);
+    let to = |name: &str| format!("file://{}", dir.path().join(name).display());
+
+    // Piped: the result on stdout, nothing on stderr.
+    for args in [
+        vec!["backup", src.as_str(), &to("piped")],
+        vec!["verify", src.as_str()],
+        vec!["gc", src.as_str()],
+    ] {
+        let (success, out, err) = rocklake(&args);
+        assert!(success, "{args:?}: {err}");
+        assert!(!out.is_empty(), "{args:?} printed no result");
+        assert_eq!(err, "", "{args:?} wrote to a piped stderr");
+    }
+
+    // On a terminal: drawn, then the result; with --json only the result.
+    let Some(shown) = on_a_terminal(&["backup", &src, &to("terminal")]) else {
+        return;
+    };
+    assert!(
+        shown.contains(DRAWN) && shown.contains("backup: ") && shown.contains(" pairs, "),
+        "no progress drawn on a terminal: {shown:?}"
+    );
+    assert!(shown.contains("copied into"), "{shown:?}");
+    let shown = on_a_terminal(&["verify", &src]).unwrap();
+    assert!(
+        shown.contains(DRAWN) && shown.contains("verify: "),
+        "{shown:?}"
+    );
+    for args in [
+        vec!["--json", "backup", src.as_str(), &to("json")],
+        vec!["--json", "verify", src.as_str()],
+    ] {
+        let shown = on_a_terminal(&args).unwrap();
+        assert!(!shown.contains(DRAWN), "{args:?} drew progress: {shown:?}");
+        assert!(shown.trim_start().starts_with('{'), "{args:?}: {shown:?}");
+    }
+}

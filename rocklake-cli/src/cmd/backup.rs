@@ -14,7 +14,7 @@
 //! folder this command created is removed again; anything else is named in the error.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{pin_mut, TryStreamExt};
@@ -23,9 +23,6 @@ use serde_json::json;
 
 use crate::cmd::catalog_copy;
 use crate::CliResult;
-
-/// How often a long copy says how far it got (on standard error, not with `--json`).
-const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 /// What the copy reads.
 enum Source<'a> {
@@ -97,6 +94,7 @@ async fn copy(verb: &str, source: Source<'_>, from: &str, dest: &str, json: bool
             )));
         }
     };
+    progress.bar.done();
     let secs = started.elapsed().as_secs_f64();
     let mib = report.bytes as f64 / (1 << 20) as f64;
     crate::print(
@@ -198,34 +196,22 @@ fn new_local_folder(dest: &str) -> Result<Option<PathBuf>, Error> {
     Ok(crate::local_folder(dest)?.filter(|path| !path.exists()))
 }
 
-/// Says how far a copy got, every [`PROGRESS_EVERY`].
+/// Says how far a copy got (on a terminal; see [`crate::progress`]).
 struct Progress {
-    verb: String,
-    quiet: bool,
-    started: Instant,
-    last: Instant,
+    bar: crate::progress::Progress,
 }
 
 impl Progress {
     fn new(verb: &str, quiet: bool) -> Progress {
         Progress {
-            verb: verb.to_string(),
-            quiet,
-            started: Instant::now(),
-            last: Instant::now(),
+            bar: crate::progress::Progress::spinner(verb, quiet),
         }
     }
 
     fn tell(&mut self, keys: u64, bytes: u64) {
-        if self.quiet || self.last.elapsed() < PROGRESS_EVERY {
-            return;
-        }
-        self.last = Instant::now();
-        eprintln!(
-            "{}: {keys} pairs, {:.1} MiB copied ({:.0} s)",
-            self.verb,
-            bytes as f64 / (1 << 20) as f64,
-            self.started.elapsed().as_secs_f64()
-        );
+        self.bar.say(format!(
+            "{keys} pairs, {:.1} MiB copied",
+            bytes as f64 / (1 << 20) as f64
+        ));
     }
 }

@@ -122,7 +122,6 @@ pub async fn run(
     } else {
         Budget::full()
     };
-    let started = std::time::Instant::now();
     for g in &groups {
         if !benches::GROUPS.contains(&g.as_str()) {
             return Err(Error::InvalidArgument(format!(
@@ -131,10 +130,12 @@ pub async fn run(
             )));
         }
     }
+    let progress = crate::progress::Progress::spinner("bench", json);
     let rows = benches::run(&subjects, budget, &groups, |what| {
-        eprintln!("bench: {what} ({:.0} s)", started.elapsed().as_secs_f64())
+        progress.say(what.to_string())
     })
     .await?;
+    progress.done();
     let machine = machine();
     if json {
         println!("{}", serde_json::json!({"machine": machine, "rows": rows}));

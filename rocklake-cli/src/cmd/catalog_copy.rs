@@ -4,6 +4,8 @@
 use std::time::Instant;
 
 use rocklake::Error;
+
+use crate::progress::Progress;
 use serde_json::json;
 use tokio_postgres::{Client, NoTls};
 
@@ -207,14 +209,13 @@ pub(crate) fn check_version(version: &str, place: &str) -> Result<(), Error> {
     )))
 }
 
-/// One table's line of progress on stderr (nothing with `quiet`).
-pub(crate) fn progress(quiet: bool, table: &str, rows: u64, since: Instant) {
-    if !quiet {
-        eprintln!(
-            "  {table:<40} {rows:>10} rows {:>7.1} s",
-            since.elapsed().as_secs_f64()
-        );
-    }
+/// One table done: the bar moves on and says what the table took.
+pub(crate) fn progress(p: &Progress, table: &str, rows: u64, since: Instant) {
+    p.step();
+    p.say(format!(
+        "{table}: {rows} rows in {:.1} s",
+        since.elapsed().as_secs_f64()
+    ));
 }
 
 /// Print what was moved: rows per table as JSON, or the line `text(tables, rows, seconds,

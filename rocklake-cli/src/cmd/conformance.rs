@@ -7,6 +7,8 @@ use conformance::{render_table, run_all, ChildCommand, Opener, Target};
 use rocklake::{Error, KeyRange, Order, Pager, WriteBatch};
 use serde_json::json;
 
+use crate::progress::Progress;
+
 fn opener() -> Opener {
     Arc::new(|url: String| Box::pin(async move { open_for_suite(&url).await }))
 }
@@ -34,15 +36,20 @@ fn child() -> Option<ChildCommand> {
 async fn run_targets(targets: Vec<Target>, json: bool) -> Result<ExitCode, Error> {
     let mut results = Vec::new();
     for target in &targets {
-        if !json {
-            eprintln!("conformance: {} ({})", target.name, target.base);
-        }
+        let progress = Progress::steps(
+            &format!("conformance {}", target.name),
+            conformance::checks::ALL.len() as u64,
+            json,
+        );
         let reports = run_all(target, |r| {
-            if !json {
-                eprintln!("  {:<36} {:<5} {} ms", r.check, r.outcome, r.millis);
+            progress.step();
+            progress.say(format!("{} {} ({} ms)", r.check, r.outcome, r.millis));
+            if r.outcome == "fail" {
+                progress.line(format!("  [{}] {}: fail", target.name, r.check));
             }
         })
         .await;
+        progress.done();
         results.push((target.name.clone(), reports));
     }
     let failed: Vec<String> = results

@@ -21,6 +21,7 @@ use tokio_postgres::Client;
 
 use crate::cmd::catalog_copy::{self, quote, Table};
 use crate::cmd::sqlite_catalog::{self, InlinedTypes, SqliteTarget};
+use crate::progress::Progress;
 use crate::CliResult;
 
 /// How many bytes of COPY text go to PostgreSQL in one message.
@@ -95,24 +96,33 @@ async fn export(
             .await
             .map_err(|e| pg_error("could not create the schema", &e));
     }
+    let p = Progress::steps("export", tables.len() as u64, quiet);
     for t in &tables {
         if result.is_err() {
             break;
         }
+        p.say(format!("{} ...", t.name));
         let t0 = Instant::now();
         match copy_table(&client, &mut session, schema, t).await {
             Ok(n) => {
-                catalog_copy::progress(quiet, &t.name, n, t0);
+                catalog_copy::progress(&p, &t.name, n, t0);
                 done.push((t.name.clone(), n));
             }
             Err(e) => result = Err(e),
         }
     }
     let result = match result {
-        Ok(()) => client
-            .batch_execute("COMMIT")
-            .await
-            .map_err(|e| pg_error("the target refused the commit", &e)),
+        Ok(()) => {
+            p.say("committing on the target");
+            let committed = client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(|e| pg_error("the target refused the commit", &e));
+            if committed.is_ok() {
+                p.done();
+            }
+            committed
+        }
         Err(e) => {
             let _ = client.batch_execute("ROLLBACK").await;
             Err(e)
@@ -146,7 +156,9 @@ async fn export_sqlite(
         e => e.to_string(),
     })?;
     let mut done = Vec::with_capacity(tables.len());
+    let p = Progress::steps("export", tables.len() as u64, quiet);
     for t in tables {
+        p.say(format!("{} ...", t.name));
         let t0 = Instant::now();
         let written = async {
             let kinds = target.create(t, &inlined)?;
@@ -164,7 +176,7 @@ async fn export_sqlite(
         .await;
         match written {
             Ok(n) => {
-                catalog_copy::progress(quiet, &t.name, n, t0);
+                catalog_copy::progress(&p, &t.name, n, t0);
                 done.push((t.name.clone(), n));
             }
             Err(e) => {
@@ -174,6 +186,7 @@ async fn export_sqlite(
         }
     }
     target.commit()?;
+    p.done();
     Ok(done)
 }
 

@@ -27,6 +27,7 @@ use tokio_postgres::Client;
 
 use crate::cmd::catalog_copy::{self, Table};
 use crate::cmd::sqlite_catalog::{self, Kind, SqliteSource};
+use crate::progress::Progress;
 use crate::CliResult;
 
 /// How many bytes of the source's COPY text are decoded and loaded at a time.
@@ -151,23 +152,27 @@ async fn load(
     }
     session.run("COMMIT").await?;
     created.extend(rest.iter().map(|t| t.name.clone()));
+    let p = Progress::steps("import", tables.len() as u64, quiet);
     let mut done = Vec::with_capacity(tables.len());
     for t in &rest {
+        p.say(format!("{} ...", t.name));
         let t0 = Instant::now();
         let n = copy_table(source, session, schema, t).await?;
-        catalog_copy::progress(quiet, &t.name, n, t0);
+        catalog_copy::progress(&p, &t.name, n, t0);
         done.push((t.name.clone(), n));
     }
     // The table that makes it a catalog, whole, in one transaction.
     for t in last {
+        p.say(format!("{} ...", t.name));
         let t0 = Instant::now();
         session.run("BEGIN").await?;
         create(session, schema, t).await?;
         let n = copy_table(source, session, schema, t).await?;
         session.run("COMMIT").await?;
-        catalog_copy::progress(quiet, &t.name, n, t0);
+        catalog_copy::progress(&p, &t.name, n, t0);
         done.push((t.name.clone(), n));
     }
+    p.done();
     Ok(done)
 }
 

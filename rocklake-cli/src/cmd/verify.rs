@@ -8,6 +8,7 @@ use rocklake::verify::Report;
 use rocklake::{Error, KvBackend, ReadView};
 use serde_json::json;
 
+use crate::progress::Progress;
 use crate::{print, CliResult};
 
 pub(crate) async fn run(url: String, json: bool) -> CliResult {
@@ -24,10 +25,12 @@ pub(crate) async fn run(url: String, json: bool) -> CliResult {
 /// Walk the store with the core's verification, then print its findings and a summary.
 async fn verify(backend: &dyn KvBackend, json: bool) -> Result<Report, Error> {
     let view: Arc<dyn ReadView> = backend.view().await?;
+    let progress = Progress::spinner("verify", json);
     let report = rocklake::verify::verify(view.as_ref(), |walked, findings| {
-        eprintln!("verify: {walked} keys walked, {findings} findings so far")
+        progress.say(format!("{walked} keys walked, {findings} findings so far"))
     })
     .await?;
+    progress.done();
     let (walked, findings) = (report.keys, &report.findings);
     for f in findings {
         if json {
