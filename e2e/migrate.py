@@ -2,6 +2,7 @@
 
 usage: python migrate.py --pg-dsn "host=127.0.0.1 port=N user=postgres dbname=postgres"
                          --rocklake-bin PATH --engine sled [--engine ...] [--ext-dir DIR] [--keep]
+                         [--s3-prefix s3://bucket/prefix] [--no-embedded | --only-embedded]
 
 The e2e workload (workload.py) builds a lake on a fresh PostgreSQL database; DuckDB then reads
 everything it keeps back (every snapshot's time travel, table_changes, snapshots(), table info,
@@ -108,6 +109,14 @@ def bad_sources(args, tag, src, url, dbs):
     expect_refusal(args, ["import", late, url], "what it had written was removed")
 
 
+def store_url(args, engine, tmp, name):
+    """Where `engine`'s store for `name` goes: under --s3-prefix for SlateDB when given (an
+    import into a bucket), else a folder in `tmp`."""
+    if engine == "slatedb" and args.s3_prefix:
+        return f"{args.s3_prefix.rstrip('/')}/{engine}-{name}"
+    return common.engine_url(engine, os.path.join(tmp, f"{engine}-{name}"))
+
+
 def sqlite_rows(path):
     """Every table of a SQLite file: its rows sorted, each value beside its storage class."""
     con = sqlite3.connect(path)
@@ -166,7 +175,7 @@ def embedded(args, tmp):
     results, timings, data_path = reference(args, tmp, "sqlite", src)
     logs, failures = {}, []
     for i, engine in enumerate(args.engine):
-        url = common.engine_url(engine, os.path.join(tmp, f"{engine}-from-sqlite"))
+        url = store_url(args, engine, tmp, "from-sqlite")
         if i == 0:
             sqlite_refusals(args, tmp, src, url)
         t0 = time.monotonic()
@@ -260,7 +269,7 @@ def duckdb_file(args, tmp):
     finally:
         con.close()
     engine = args.engine[0]
-    url = common.engine_url(engine, os.path.join(tmp, f"{engine}-from-duckdb"))
+    url = store_url(args, engine, tmp, "from-duckdb")
     out, _ = cli(args, "--json", "import", f"sqlite:{converted}", url)
     got = json.loads(out.strip().splitlines()[-1])
     print(f"migrate: {engine}: imported the DuckDB file's catalog (copied into SQLite by "
@@ -301,6 +310,8 @@ def main():
     ap.add_argument("--engine", action="append", default=[], choices=sorted(common.ENGINE_SCHEMES))
     ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
     ap.add_argument("--keep", action="store_true", help="keep the temp folder and databases")
+    ap.add_argument("--s3-prefix", help="SlateDB's stores under this s3:// prefix (the S3 "
+                    "emulator's AWS_* variables in the environment) instead of folders")
     ap.add_argument("--no-embedded", action="store_true",
                     help="leave out DuckLake's SQLite-file and DuckDB-file catalogs")
     ap.add_argument("--only-embedded", action="store_true",
@@ -331,7 +342,7 @@ def main():
             raise RuntimeError(problem)
         print(f"migrate: lake built on PostgreSQL in {secs:.1f} s", flush=True)
         for i, engine in enumerate(args.engine):
-            url = common.engine_url(engine, os.path.join(tmp, f"{engine}-store"))
+            url = store_url(args, engine, tmp, "store")
             if i == 0:
                 bad_sources(args, tag, src, url, dbs)
             t0 = time.monotonic()

@@ -236,12 +236,34 @@ fn a_read_only_server_beside_the_writer_never_fences_it() {
 /// refused leaving nothing behind (#23 items 1-3). The same for a lake on DuckLake's SQLite
 /// file (exported back into SQLite, equal value for value), and a DuckDB-file lake imported
 /// through DuckDB's copy of it into SQLite.
+/// SlateDB's stores go into the S3 emulator where there is one (CI has it).
 #[test]
 fn a_catalog_moves_from_postgresql_into_rocklake_and_back() {
     let Some(env) = env() else { return };
     let mut args = common_args(&env);
     args.extend(["--pg-dsn".to_string(), env.pg.clone()]);
+    if let Some(prefix) = s3_prefix("migrate") {
+        args.extend(["--s3-prefix".to_string(), prefix]);
+    }
     run(&env, "migrate.py", &args);
+}
+
+/// A fresh `s3://rocklake-test/` prefix for a script's SlateDB stores where the S3 emulator
+/// runs (CI must have it), else `None`.
+fn s3_prefix(what: &str) -> Option<String> {
+    if std::env::var_os("AWS_ENDPOINT_URL").is_some() && cfg!(feature = "slatedb") {
+        let nonce: u64 = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Some(format!("s3://rocklake-test/{what}-{nonce:x}"))
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must provide the S3 emulator (AWS_ENDPOINT_URL)"
+        );
+        None
+    }
 }
 
 /// A served catalog backed up through its server while 8 DuckDB clients commit, restored and
@@ -253,20 +275,8 @@ fn a_catalog_backed_up_while_serving_restores_to_one_snapshot() {
     let Some(env) = env() else { return };
     let mut args = common_args(&env);
     // Into the S3 emulator where there is one (CI has it), as a backup to a bucket goes.
-    if std::env::var_os("AWS_ENDPOINT_URL").is_some() && cfg!(feature = "slatedb") {
-        let nonce: u64 = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        args.extend([
-            "--s3-prefix".to_string(),
-            format!("s3://rocklake-test/backup-{nonce:x}"),
-        ]);
-    } else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must provide the S3 emulator (AWS_ENDPOINT_URL)"
-        );
+    if let Some(prefix) = s3_prefix("backup") {
+        args.extend(["--s3-prefix".to_string(), prefix]);
     }
     run(&env, "backup.py", &args);
 }
