@@ -20,6 +20,10 @@ included), and give the same answers again. And a lake built on a DuckDB file mo
 README says: DuckDB copies the metadata database into SQLite (`COPY FROM DATABASE`), which the
 first engine imports and serves (the DuckDB file's answers). `--no-embedded` leaves these out.
 
+While DuckDB keeps committing to the source, an import into the first engine copies one
+snapshot of it: at least every commit acknowledged before it began, none begun after it ended,
+every table equal to the source at that snapshot, nothing of a later commit, `verify` clean.
+
 Bad sources are refused before anything is written, or with nothing left behind: a database
 without a DuckLake catalog, a catalog of a newer DuckLake version, a table RockLake cannot
 create, and a row it cannot take in the table loaded last (after every other table's rows were
@@ -34,12 +38,14 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import run as e2e  # noqa: E402
+import workload  # noqa: E402
 
 
 def cli(args, *argv, fail=False):
@@ -280,6 +286,86 @@ def duckdb_file(args, tmp):
     return e2e.report(results, timings, logs, failures, ref_name="duckdb")
 
 
+def import_while_writing(args, tmp, src_dsn, data_path):
+    """The import of a catalog DuckDB keeps committing to copies one snapshot of it: at least
+    every commit acknowledged before the import began, none that began after it ended, and at
+    that snapshot every table as the source has it, nothing of a later commit."""
+    engine = args.engine[0]
+    url = store_url(args, engine, tmp, "while-writing")
+    con = common.duck(args.ext_dir, threads=1)
+    con.execute(common.attach_sql(src_dsn, data_path))
+    con.execute("CREATE TABLE lake.main.during (i BIGINT)")
+    stop, acked, errors = threading.Event(), [], []
+
+    def write():
+        i = 0
+        while not stop.is_set():
+            try:
+                con.execute(f"INSERT INTO lake.main.during VALUES ({i})")
+                acked.append(i)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(str(e).splitlines()[0][:300])
+            i += 1
+
+    def newest():
+        return int(psql_rows(src_dsn, "SELECT max(snapshot_id) FROM ducklake_snapshot"))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        time.sleep(0.5)
+        before = newest()
+        t0 = time.monotonic()
+        cli(args, "import", src_dsn, url)
+        secs = time.monotonic() - t0
+        after = newest()
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+        con.close()
+    if errors:
+        raise RuntimeError(f"the writer failed during the import: {errors[:3]}")
+    verify, _ = cli(args, "verify", url)
+    server = common.Server(args.rocklake_bin, url, os.path.join(tmp, "while-writing-serve.log"))
+    server.start(timeout=60)
+    copy, source = common.duck(args.ext_dir), common.duck(args.ext_dir)
+    try:
+        copy.execute(common.attach_sql(server.dsn(), data_path))
+        source.execute(common.attach_sql(src_dsn, data_path))
+        at = copy.execute("SELECT max(snapshot_id) FROM lake.snapshots()").fetchone()[0]
+        if not before <= at <= after:
+            raise RuntimeError(f"the import copied snapshot {at}; the source was at {before} "
+                               f"when it began and at {after} when it ended")
+        differ = []
+        for t in workload.USER_TABLES + ["main.during"]:
+            q = f"SELECT count(*) FROM lake.{t} AT (VERSION => {at})"
+            a, b = copy.execute(q).fetchone()[0], source.execute(q).fetchone()[0]
+            if a != b:
+                differ.append(f"{t}: {a} rows in the copy, {b} in the source")
+        meta = "__ducklake_metadata_lake.public"
+        inlined = [r[0] for r in copy.execute(
+            f"SELECT table_name FROM {meta}.ducklake_inlined_data_tables").fetchall()]
+        for t, col in [("ducklake_snapshot", "snapshot_id"),
+                       ("ducklake_snapshot_changes", "snapshot_id"),
+                       ("ducklake_table", "begin_snapshot"), ("ducklake_column", "begin_snapshot"),
+                       ("ducklake_data_file", "begin_snapshot")] + \
+                [(t, "begin_snapshot") for t in inlined]:
+            later = copy.execute(f"SELECT count(*) FROM {meta}.{t} WHERE {col} > {at}").fetchone()[0]
+            if later:
+                differ.append(f"{t}: {later} rows of commits after snapshot {at}")
+        if differ:
+            raise RuntimeError(f"the import while DuckDB wrote is not one snapshot: {differ}")
+    finally:
+        copy.close()
+        source.close()
+        server.stop()
+    return (f"{len(acked)} commits by DuckDB while the import ran ({after - before} during its "
+            f"{secs:.2f} s); it copied snapshot {at} (the source was at {before} when it began, "
+            f"{after} when it ended), every table equal there, nothing later; "
+            f"verify: {verify.strip().splitlines()[-1]}")
+
+
 def keep_writing(args, dsn, data_path):
     """DuckDB writes to the imported catalog and reads its writes back."""
     con = common.duck(args.ext_dir)
@@ -394,6 +480,8 @@ def main():
             finally:
                 server.stop()
         ok = e2e.report(results, timings, logs, failures)
+        print(f"migrate: {args.engine[0]}: import while DuckDB writes: "
+              f"{import_while_writing(args, tmp, src_dsn, data_path)}", flush=True)
         if not args.no_embedded:
             ok = embedded(args, tmp) and ok
     except Done:
