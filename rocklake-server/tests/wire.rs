@@ -895,10 +895,14 @@ async fn idle_sessions_are_closed_as_postgresql_closes_them() {
             "rocklake_idle".to_string(),
         ));
     }
-    // A statement that runs for a while on both (a join made in the executor's own loop).
-    let slow =
-        "SELECT count(*) FROM generate_series(1, 20000) a(x), generate_series(1, 1000) b(x) \
-                WHERE a.x + b.x > 0";
+    // A statement that runs for a while on both (a join made in the executor's own loop),
+    // over `n` rows by 1,000.
+    let slow_join = |n: u64| {
+        format!(
+            "SELECT count(*) FROM generate_series(1, {n}) a(x), generate_series(1, 1000) b(x) \
+             WHERE a.x + b.x > 0"
+        )
+    };
     let mut answers = Vec::new();
     for (name, addr, db) in &sides {
         let (mut c, _) = Raw::connect(*addr, "postgres", db).await;
@@ -908,14 +912,21 @@ async fn idle_sessions_are_closed_as_postgresql_closes_them() {
             "C Z"
         );
         // The limit: a third of what the slow statement takes here, so that it runs
-        // longer than the limit.
-        let started = Instant::now();
-        assert_eq!(kinds(&c.query(slow).await), "T D C Z", "{name}");
-        let limit = (started.elapsed() / 3).max(Duration::from_millis(50));
-        eprintln!(
-            "{name}: the slow statement took {:?}; limit {limit:?}",
-            started.elapsed()
-        );
+        // longer than the limit; the statement grows until it takes 300 ms (one over 20
+        // million rows took 47 ms in one CI run, and a limit under 50 ms is all timer noise).
+        let mut n = 20_000;
+        let (slow, took) = loop {
+            let q = slow_join(n);
+            let started = Instant::now();
+            assert_eq!(kinds(&c.query(&q).await), "T D C Z", "{name}");
+            let took = started.elapsed();
+            if took >= Duration::from_millis(300) || n >= 20_000 << 8 {
+                break (q, took);
+            }
+            n *= 2;
+        };
+        let limit = took / 3;
+        eprintln!("{name}: the slow statement took {took:?} over {n} rows; limit {limit:?}");
         let mut seen = Vec::new();
         let set = format!(
             "SET idle_in_transaction_session_timeout = {}",
@@ -926,7 +937,7 @@ async fn idle_sessions_are_closed_as_postgresql_closes_them() {
             &c.query("BEGIN; INSERT INTO idle_t VALUES (1)").await,
         ));
         // Two Queries sent together, the first longer than the limit: neither is cut.
-        for q in [slow, "SELECT 2"] {
+        for q in [slow.as_str(), "SELECT 2"] {
             let mut b = q.as_bytes().to_vec();
             b.push(0);
             c.send(b'Q', &b).await;
