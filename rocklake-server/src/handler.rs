@@ -33,7 +33,6 @@ use pgwire::messages::response::{
     CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus,
 };
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
-use rocklake_core::values::Value;
 use rocklake_sql::datafusion::arrow::array::RecordBatch;
 use rocklake_sql::datafusion::arrow::datatypes::{Field, SchemaRef};
 use rocklake_sql::datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
@@ -43,23 +42,23 @@ use rocklake_sql::types::SqlType;
 use rocklake_sql::{CopyFormat, Database, IdleLimits, Output, Piece, Session, SqlError};
 use tokio::sync::Mutex as AsyncMutex;
 
+use crate::copy_from::CopyStream;
 use crate::wire::{
-    binary_value, copy_text_escape, decode_copy_binary, decode_copy_csv, decode_copy_text,
-    text_field, text_value, BinaryColumn, COPY_SIGNATURE,
+    binary_value, copy_text_escape, text_field, text_value, BinaryColumn, COPY_SIGNATURE,
 };
 
 mod execute;
 
-/// A `COPY ... FROM STDIN` in progress.
+/// A `COPY ... FROM STDIN` in progress: its rows go into the session's transaction as their
+/// bytes come (see [`crate::copy_from`]), and the transaction commits at CopyDone.
 struct CopyIn {
-    columns: Vec<(String, SqlType)>,
-    format: CopyFormat,
-    /// The bytes received so far (rows are decoded whole at CopyDone: all or nothing).
-    data: BytesMut,
-    /// `data`'s share of the database's memory pool, and then the decoded rows'.
+    stream: CopyStream,
+    /// The share of the database's memory pool of the bytes held for rows not yet complete
+    /// (the rows read go into the transaction, whose writes count there on their own).
     reserved: MemoryReservation,
-    /// Why the COPY fails at CopyDone: the stream passed the memory bound (its bytes are
-    /// let go and the rest is read and dropped, as PostgreSQL drops a failed COPY's data).
+    /// Why the COPY fails at CopyDone: a bad row, or the memory bound passed. Its
+    /// transaction's writes are gone at once, and the rest of its data is read and dropped,
+    /// as PostgreSQL drops a failed COPY's data.
     refused: Option<SqlError>,
 }
 
@@ -428,25 +427,7 @@ impl Conn {
             // A streamed result's rows (and a COPY's end) have gone out already.
             Output::Command(_) | Output::Show { .. } | Output::Sent { .. } => {}
             Output::CopyIn { columns, format } => {
-                let n = columns.len() as i16;
-                let binary = format.binary;
-                let reserved = MemoryConsumer::new("the rows of a COPY FROM STDIN")
-                    .register(&self.db.memory_pool());
-                *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = Some(CopyIn {
-                    columns,
-                    format,
-                    data: BytesMut::new(),
-                    reserved,
-                    refused: None,
-                });
-                client
-                    .feed(PgWireBackendMessage::CopyInResponse(CopyInResponse::new(
-                        i8::from(binary),
-                        n,
-                        vec![i16::from(binary); n as usize],
-                    )))
-                    .await?;
-                client.set_state(PgWireConnectionState::CopyInProgress(false));
+                self.start_copy_in(client, columns, format, false).await?;
                 return Ok(true);
             }
         }
@@ -456,6 +437,43 @@ impl Conn {
             )))
             .await?;
         Ok(false)
+    }
+
+    /// Answer a `COPY ... FROM STDIN` with CopyInResponse: the client sends its data next
+    /// (`extended`: the COPY came in an Execute, and a Sync ends it after CopyDone).
+    async fn start_copy_in<C>(
+        &self,
+        client: &mut C,
+        columns: Vec<(String, SqlType)>,
+        format: CopyFormat,
+        extended: bool,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let n = columns.len() as i16;
+        let binary = format.binary;
+        let reserved =
+            MemoryConsumer::new("the bytes of a COPY FROM STDIN").register(&self.db.memory_pool());
+        *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = Some(CopyIn {
+            stream: CopyStream::new(columns, format),
+            reserved,
+            refused: None,
+        });
+        client
+            .feed(PgWireBackendMessage::CopyInResponse(CopyInResponse::new(
+                i8::from(binary),
+                n,
+                vec![i16::from(binary); n as usize],
+            )))
+            .await?;
+        // Sent now: a driver waits for it before its data, and in the extended protocol no
+        // later message of this exchange flushes it (the Sync behind the Execute is let be).
+        client.flush().await?;
+        client.set_state(PgWireConnectionState::CopyInProgress(extended));
+        Ok(())
     }
 
     /// What running `portal` needs: its parameter values (converted at Bind, else now) and
@@ -588,22 +606,6 @@ impl Conn {
     }
 }
 
-/// About how much memory decoded COPY rows hold.
-fn rows_size(rows: &[Vec<Value>]) -> usize {
-    let heap = |v: &Value| match v {
-        Value::Text(t) => t.capacity(),
-        Value::Bytes(b) => b.capacity(),
-        _ => 0,
-    };
-    rows.iter()
-        .map(|r| {
-            std::mem::size_of::<Vec<Value>>()
-                + r.capacity() * std::mem::size_of::<Value>()
-                + r.iter().map(heap).sum::<usize>()
-        })
-        .sum()
-}
-
 /// A CSV field as PostgreSQL writes it: quoted when it holds the delimiter, the quote, a
 /// line break, or is the NULL marker's text (so that it reads back as a value, not NULL);
 /// inside quotes, the quote and escape characters are escaped.
@@ -721,20 +723,35 @@ impl CopyHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let mut copy = self.copy.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(c) = copy.as_mut().filter(|c| c.refused.is_none()) else {
+        // Out of the lock while its rows are written (the lock is not held across an await).
+        let taken = self.copy.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(mut c) = taken else {
             return Ok(());
         };
-        // The bytes held until CopyDone count in the memory pool, so a COPY stream larger
-        // than the server's bound fails with 53200 instead of taking the process's memory.
-        match c.reserved.try_grow(data.data.len()) {
-            Ok(()) => c.data.extend_from_slice(&data.data),
-            Err(e) => {
-                c.refused = Some(SqlError::from(e));
-                c.data = BytesMut::new();
-                c.reserved.free();
+        if c.refused.is_none() {
+            // The bytes held count in the memory pool, so a stream of rows too long for it
+            // fails with 53200 instead of taking the process's memory.
+            let fed = c
+                .reserved
+                .try_resize(c.stream.held() + data.data.len())
+                .map_err(SqlError::from)
+                .and_then(|()| c.stream.feed(&data.data));
+            let written = match fed {
+                Ok(rows) if rows.is_empty() => Ok(()),
+                Ok(rows) => self.session().await.copy_rows(rows).await,
+                Err(e) => Err(e),
+            };
+            match written {
+                Ok(()) => c.reserved.resize(c.stream.held()),
+                Err(e) => {
+                    self.session().await.copy_fail(&e.message).await;
+                    c.refused = Some(e);
+                    c.stream.abandon();
+                    c.reserved.free();
+                }
             }
         }
+        *self.copy.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
         Ok(())
     }
 
@@ -758,43 +775,24 @@ impl CopyHandler for Conn {
                 Err(e)
             }
             Some(CopyIn {
-                columns,
-                format,
-                data,
+                mut stream,
                 reserved,
                 refused: None,
             }) => {
-                let decoded = if format.binary {
-                    decode_copy_binary(&data, &columns)
-                } else if format.csv {
-                    decode_copy_csv(&data, &columns, &format)
-                } else {
-                    // A HEADER line is skipped (PostgreSQL 15 reads no more of it than that).
-                    let body = if format.header {
-                        data.iter()
-                            .position(|b| *b == b'\n')
-                            .map_or(&data[data.len()..], |i| &data[i + 1..])
-                    } else {
-                        &data[..]
-                    };
-                    decode_copy_text(body, &columns, &format.null, format.delimiter)
+                let rows = stream.finish();
+                drop(stream);
+                drop(reserved);
+                let written = match rows {
+                    Ok(rows) => session.copy_rows(rows).await,
+                    Err(e) => Err(e),
                 };
-                // The decoded rows count in the pool in place of the bytes, which go.
-                let decoded = decoded.and_then(|rows| {
-                    reserved.try_grow(rows_size(&rows))?;
-                    reserved.shrink(data.len());
-                    drop(data);
-                    Ok(rows)
-                });
-                let r = match decoded {
-                    Ok(rows) => session.copy_in(rows).await,
+                match written {
+                    Ok(()) => session.copy_end().await,
                     Err(e) => {
                         session.copy_fail(&e.message).await;
                         Err(e)
                     }
-                };
-                drop(reserved);
-                r
+                }
             }
         };
         client.set_transaction_status(status_of(session.status()));

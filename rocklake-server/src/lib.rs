@@ -5,7 +5,8 @@
 //! The protocol itself (startup, SCRAM, message framing, extended query, cancel) is the
 //! `pgwire` crate's; this crate answers it from one [`rocklake_sql::Session`] per
 //! connection: simple queries with several statements, Parse/Describe of a query without
-//! running it, `COPY (query) TO STDOUT` in binary and text, `COPY ... FROM STDIN` in binary,
+//! running it, `COPY (query) TO STDOUT` in binary and text, `COPY ... FROM STDIN` in text, CSV
+//! and binary through both protocols, read as it comes ([`copy_from`]),
 //! ReadyForQuery with the session's transaction status and errors with their SQLSTATE.
 //! Every connection's commits go through the one [`rocklake_sql::Database`] and so share the
 //! core's group commit.
@@ -27,6 +28,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 mod auth;
+pub mod copy_from;
 mod handler;
 pub mod metrics;
 mod relay;

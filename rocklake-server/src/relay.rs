@@ -253,6 +253,13 @@ pub(crate) async fn serve(
     let mut requests = 1u64;
     // CopyDone and CopyFail messages relayed (each ends a COPY FROM STDIN).
     let mut copies_ended = 0u64;
+    // CopyInResponses taken into account so far.
+    let mut copies_seen = 0u64;
+    // Whether the last statement came in an Execute (not a Query), and the Syncs counted
+    // since that Execute: a driver sends a Sync right behind the Execute of a COPY FROM
+    // STDIN, and the server lets it be (it earns no ReadyForQuery) if the COPY began, which
+    // the relay may learn only after relaying the Sync.
+    let (mut executed_last, mut syncs_since_execute) = (false, 0u64);
     let mut idle_since = tokio::time::Instant::now();
     let (mut ready_open, mut idle_open) = (true, true);
     let refused = 'relay: loop {
@@ -311,7 +318,15 @@ pub(crate) async fn serve(
         // In COPY FROM STDIN only its own messages may come (Flush and Sync are let be, as
         // PostgreSQL lets them be); anything else, PostgreSQL answers with an error and
         // ends the connection: client and server no longer agree on what comes next.
-        let copying = ready.borrow().copies > copies_ended;
+        let copies = ready.borrow().copies;
+        if copies > copies_seen {
+            if executed_last {
+                requests -= syncs_since_execute;
+                syncs_since_execute = 0;
+            }
+            copies_seen = copies;
+        }
+        let copying = copies > copies_ended;
         if copying {
             match kind {
                 b'd' | b'H' | b'S' => {}
@@ -348,9 +363,16 @@ pub(crate) async fn serve(
         }
         match kind {
             b'X' => break None,
-            b'Q' => requests += 1,
+            b'Q' => {
+                requests += 1;
+                executed_last = false;
+            }
+            b'E' => (executed_last, syncs_since_execute) = (true, 0),
             // A Sync in COPY earns no ReadyForQuery.
-            b'S' if !copying => requests += 1,
+            b'S' if !copying => {
+                requests += 1;
+                syncs_since_execute += 1;
+            }
             _ => {}
         }
     };

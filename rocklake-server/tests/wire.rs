@@ -2034,3 +2034,179 @@ async fn infinite_dates_and_timestamps_round_trip_as_on_postgresql() {
     }
     server.stop().await;
 }
+
+/// `COPY ... FROM STDIN` through the extended protocol (what tokio-postgres' `copy_in` sends:
+/// Parse, Bind, Execute and a Sync at once, the data, CopyDone or CopyFail, a Sync), every
+/// message as PostgreSQL answers it: rows cut across CopyData messages in text, CSV and
+/// binary; a bad row, a duplicate key and a CopyFail landing nothing; a COPY inside a block;
+/// a COPY into a table that does not exist. The Sync sent behind the Execute earns no
+/// ReadyForQuery (the next query's answer shows it), and the server's count of what it owes
+/// the client stays right: `idle_session_timeout` still closes the session afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_through_the_extended_protocol_as_on_postgresql() {
+    let Some(pg) = pg_url() else { return };
+    pg_fresh_db(&pg, "rocklake_copy_ext").await;
+    let server = serve("sled", ServerOptions::default()).await;
+    let (mut theirs, _) =
+        Raw::connect(common::host_port(&pg), "postgres", "rocklake_copy_ext").await;
+    let (mut ours, _) = Raw::connect(server.addr, "duck", "lake").await;
+    for side in [&mut theirs, &mut ours] {
+        for t in ["cx", "cy"] {
+            let r = side
+                .query(&format!(
+                    "CREATE TABLE {t} (a BIGINT PRIMARY KEY, v VARCHAR, n NUMERIC(10,2))"
+                ))
+                .await;
+            assert_eq!(kinds(&r), "C Z", "{r:?}");
+        }
+    }
+    let check = "SELECT a, v, n FROM cx ORDER BY a";
+    let cases: &[(&str, &[&[u8]], u8)] = &[
+        (
+            "COPY cx FROM STDIN",
+            &[
+                b"1\tone\t1.5\n2\tt",
+                b"wo\t\\N\n",
+                b"3\tthr\xc3",
+                b"\xa9e\t-2\n",
+            ],
+            b'c',
+        ),
+        (
+            "COPY cx (a, v) FROM STDIN (FORMAT csv, HEADER)",
+            &[
+                b"a,v\r\n4,\"two\r\nli",
+                b"nes, \"\"quoted\"\"\"\r\n5,\r\n6,\"\"\r\n",
+            ],
+            b'c',
+        ),
+        // A bad value in the second message, a duplicate key, a CopyFail: nothing lands.
+        (
+            "COPY cx FROM STDIN",
+            &[b"10\tx\t1\n", b"eleven\ty\t2\n"],
+            b'c',
+        ),
+        ("COPY cx FROM STDIN", &[b"12\tx\t1\n1\tagain\t2\n"], b'c'),
+        ("COPY cx FROM STDIN", &[b"13\tx\t1\n"], b'f'),
+        ("COPY nope FROM STDIN", &[b"1\n"], b'c'),
+    ];
+    for (sql, chunks, end) in cases {
+        let a = theirs.copy_in_extended(sql, chunks, *end).await;
+        let b = ours.copy_in_extended(sql, chunks, *end).await;
+        assert_eq!(comparable(&b), comparable(&a), "{sql} {chunks:?}");
+        let (a, b) = (theirs.query(check).await, ours.query(check).await);
+        assert_eq!(comparable(&b), comparable(&a), "after {sql} {chunks:?}");
+    }
+    assert_eq!(
+        kinds(&theirs.query(check).await),
+        "T D D D D D D C Z",
+        "six rows landed"
+    );
+    // Binary: PostgreSQL's own COPY of the table, fed back in 7-byte pieces.
+    let binary = theirs
+        .copy_out("COPY (SELECT * FROM cx ORDER BY a) TO STDOUT (FORMAT binary)")
+        .await;
+    let pieces: Vec<&[u8]> = binary.chunks(7).collect();
+    let copy = "COPY cy FROM STDIN (FORMAT binary)";
+    let a = theirs.copy_in_extended(copy, &pieces, b'c').await;
+    let b = ours.copy_in_extended(copy, &pieces, b'c').await;
+    assert_eq!(comparable(&b), comparable(&a), "{copy}");
+    assert_eq!(kinds(&a), "1 2 G C Z", "{a:?}");
+    // Inside a block: the COPY's rows are the block's, and go with its ROLLBACK.
+    for (sql, chunks) in [
+        ("BEGIN", None),
+        (
+            "COPY cy FROM STDIN",
+            Some(&[b"20\tin a block\t0\n".as_slice()][..]),
+        ),
+        ("SELECT count(*) FROM cy", None),
+        ("ROLLBACK", None),
+        ("SELECT a, v, n FROM cy ORDER BY a", None),
+    ] {
+        let (a, b) = match chunks {
+            Some(c) => (
+                theirs.copy_in_extended(sql, c, b'c').await,
+                ours.copy_in_extended(sql, c, b'c').await,
+            ),
+            None => (theirs.query(sql).await, ours.query(sql).await),
+        };
+        assert_eq!(comparable(&b), comparable(&a), "{sql}");
+    }
+    // Nothing is owed the client after the COPYs: an idle session is closed on time.
+    for (name, side) in [("postgres", &mut theirs), ("rocklake", &mut ours)] {
+        let set = side.query("SET idle_session_timeout = 300").await;
+        assert_eq!(kinds(&set), "C Z", "{name}: {set:?}");
+        let end = tokio::time::timeout(Duration::from_secs(20), side.until_closed())
+            .await
+            .unwrap_or_else(|_| panic!("{name}: the idle session was still open after 20 s"));
+        assert_eq!(codes(comparable(&end)), ["E 57P05"], "{name}: {end:?}");
+    }
+}
+
+/// tokio-postgres' own `copy_in`, text and binary (`BinaryCopyInWriter`), 20,000 rows in
+/// its 8 KiB-or-so messages: the counts it reports, the rows that land, and the connection
+/// going on, as on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_copies_rows_in_as_on_postgresql() {
+    use futures::SinkExt;
+    use tokio_postgres::binary_copy::BinaryCopyInWriter;
+    use tokio_postgres::types::Type;
+    let server = serve("sled", ServerOptions::default()).await;
+    let mut urls = vec![("rocklake", server.url(""))];
+    if let Some(pg) = pg_url() {
+        urls.push(("postgres", pg_fresh_db(&pg, "rocklake_copy_driver").await));
+    }
+    let mut answers = Vec::new();
+    for (name, url) in &urls {
+        let c = connect(url).await.unwrap();
+        c.batch_execute("CREATE TABLE dc (a BIGINT PRIMARY KEY, v TEXT)")
+            .await
+            .unwrap();
+        let text: String = (0..10_000).map(|i| format!("{i}\tline {i}\n")).collect();
+        let sink = c.copy_in("COPY dc FROM STDIN").await.unwrap();
+        futures::pin_mut!(sink);
+        for piece in text.as_bytes().chunks(8 << 10) {
+            sink.send(bytes::Bytes::copy_from_slice(piece))
+                .await
+                .unwrap();
+        }
+        let n_text = sink.finish().await.unwrap();
+        let sink = c
+            .copy_in("COPY dc FROM STDIN (FORMAT binary)")
+            .await
+            .unwrap();
+        let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::TEXT]);
+        futures::pin_mut!(writer);
+        for i in 10_000i64..20_000 {
+            let v = format!("binary {i}");
+            writer.as_mut().write(&[&i, &v]).await.unwrap();
+        }
+        let n_binary = writer.finish().await.unwrap();
+        // A bad row: the COPY fails with its SQLSTATE and the connection goes on.
+        let sink = c.copy_in("COPY dc FROM STDIN").await.unwrap();
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from_static(b"x\ty\n"))
+            .await
+            .unwrap();
+        let bad = sink.finish().await.unwrap_err();
+        let row = c
+            .query_one("SELECT count(*), sum(a)::text, max(v) FROM dc", &[])
+            .await
+            .unwrap();
+        let code = bad.code().map(|c| c.code().to_string());
+        let landed: (i64, String, String) = (row.get(0), row.get(1), row.get(2));
+        answers.push((*name, n_text, n_binary, code, landed));
+    }
+    eprintln!("{answers:?}");
+    let ours = &answers[0];
+    assert_eq!((ours.1, ours.2), (10_000, 10_000), "{ours:?}");
+    assert_eq!(ours.3.as_deref(), Some("22P02"), "{ours:?}");
+    assert_eq!(
+        ours.4,
+        (20_000, "199990000".to_string(), "line 9999".to_string())
+    );
+    if let Some(theirs) = answers.get(1) {
+        assert_eq!((ours.1, ours.2), (theirs.1, theirs.2));
+        assert_eq!((&ours.3, &ours.4), (&theirs.3, &theirs.4));
+    }
+}

@@ -297,7 +297,7 @@ async fn load_lines(
             ));
         }
     };
-    let rows = match rocklake_server::wire::decode_copy_text(data, &columns, "\\N", '\t') {
+    let rows = match rocklake_server::copy_from::decode_copy_text(data, &columns, "\\N", '\t') {
         Ok(rows) => rows,
         Err(e) => {
             let e = session.copy_fail(&e.message).await;

@@ -25,7 +25,8 @@ use pgwire::messages::PgWireBackendMessage;
 use rocklake_sql::datafusion::arrow::array::RecordBatch;
 use rocklake_sql::datafusion::arrow::datatypes::SchemaRef;
 use rocklake_sql::pg_types::PgType;
-use rocklake_sql::{Output, Piece, SqlError};
+use rocklake_sql::types::SqlType;
+use rocklake_sql::{CopyFormat, Output, Piece, SqlError};
 
 use super::{column_type, is_binary, status_of, user_error, Conn, CopyOut};
 use crate::wire::{binary_value, text_field};
@@ -36,16 +37,8 @@ enum Executed {
     Done,
     /// It failed, or its answer could not go out in the portal's formats.
     Failed(SqlError),
-    /// It was a `COPY ... FROM STDIN`, which the session now waits for.
-    CopyIn,
-}
-
-/// `COPY ... FROM STDIN` through the extended protocol is refused (its rows would follow the
-/// Sync a driver sends at once).
-fn copy_in_refused() -> SqlError {
-    SqlError::unsupported(
-        "COPY FROM STDIN through the extended query protocol is not supported; send it as a simple query",
-    )
+    /// It was a `COPY ... FROM STDIN` into these columns, which the session now waits for.
+    CopyIn(Vec<(String, SqlType)>, CopyFormat),
 }
 
 /// The columns of a result in the portal's formats: their types, or why the Bind's list of
@@ -179,8 +172,8 @@ where
                         batches,
                         format: copy_format,
                     } => CopyOut::send_whole(&schema, &batches, copy_format, client).await?,
-                    Output::CopyIn { .. } => {
-                        outcome = Executed::CopyIn;
+                    Output::CopyIn { columns, format } => {
+                        outcome = Executed::CopyIn(columns, format);
                         continue;
                     }
                     Output::Command(_) | Output::Show { .. } | Output::Sent { .. } => Ok(()),
@@ -235,7 +228,11 @@ impl Conn {
         // Executed again, it answers as a finished portal does (no rows).
         *portal.state.lock().await = PortalExecutionState::Finished;
         r?;
-        client.set_state(PgWireConnectionState::ReadyForQuery);
+        // A `COPY ... FROM STDIN` now waits for its data (a Sync the driver sent at once
+        // is let be, as PostgreSQL lets it be; CopyDone and then a Sync end it).
+        if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+        }
         Ok(())
     }
 
@@ -279,13 +276,9 @@ impl Conn {
         let failed = match sent? {
             Executed::Done => None,
             Executed::Failed(e) => Some(e),
-            // Ended at once, as a COPY the client failed: the session does not wait for rows
-            // that cannot come.
-            Executed::CopyIn => {
-                session
-                    .copy_fail("COPY through the extended query protocol")
-                    .await;
-                Some(copy_in_refused())
+            Executed::CopyIn(columns, format) => {
+                self.start_copy_in(client, columns, format, true).await?;
+                None
             }
         };
         client.set_transaction_status(status_of(session.status()));

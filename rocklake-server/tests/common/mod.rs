@@ -338,6 +338,42 @@ impl Raw {
         out
     }
 
+    /// `COPY ... FROM STDIN` through the extended protocol as tokio-postgres sends it: Parse,
+    /// Bind, Execute and Sync at once; then, once the CopyInResponse came, `chunks` as
+    /// CopyData, CopyDone (`end` b'c') or CopyFail (b'f'), and a Sync. The messages up to the
+    /// ReadyForQuery that Sync earns (or the first one, if the COPY never began).
+    pub async fn copy_in_extended(&mut self, sql: &str, chunks: &[&[u8]], end: u8) -> Vec<Msg> {
+        let mut p = vec![0u8];
+        p.extend_from_slice(sql.as_bytes());
+        p.extend_from_slice(&[0, 0, 0]);
+        self.send(b'P', &p).await;
+        // Unnamed portal and statement, no parameters, no result formats.
+        self.send(b'B', &[0, 0, 0, 0, 0, 0, 0, 0]).await;
+        self.send(b'E', b"\0\0\0\0\0").await;
+        self.send(b'S', &[]).await;
+        let mut out = Vec::new();
+        while let Some(m) = self.read().await {
+            let kind = m.kind;
+            out.push(m);
+            if kind == b'Z' {
+                return out;
+            }
+            if kind == b'G' {
+                break;
+            }
+        }
+        for c in chunks {
+            self.send(b'd', c).await;
+        }
+        match end {
+            b'c' => self.send(b'c', &[]).await,
+            _ => self.send(b'f', b"stopped by the client\0").await,
+        }
+        self.send(b'S', &[]).await;
+        out.extend(self.until_ready().await);
+        out
+    }
+
     /// Parse (unnamed) + Sync, Describe statement + Sync, as DuckDB sends them.
     pub async fn parse_describe(&mut self, sql: &str) -> Vec<Msg> {
         let mut b = vec![0u8];

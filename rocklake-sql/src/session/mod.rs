@@ -187,6 +187,17 @@ pub enum Piece {
     Done(Result<Output>),
 }
 
+/// A `COPY ... FROM STDIN` waiting for its rows.
+struct CopyInto {
+    rel: Arc<RelDef>,
+    /// Each COPY column's index among the table's.
+    targets: Vec<usize>,
+    /// It runs in the text's implicit transaction (committed at its end).
+    implicit: bool,
+    /// Rows written so far.
+    rows: u64,
+}
+
 /// The share of the database's memory pool that a [`Piece::Rows`] holds until dropped.
 #[derive(Debug)]
 pub struct Held(#[allow(dead_code)] datafusion::execution::memory_pool::MemoryReservation);
@@ -200,9 +211,8 @@ pub struct Session {
     /// `BEGIN READ ONLY` before the block's first statement took its snapshot.
     block_read_only: bool,
     clock: Clock,
-    /// The table and columns of a `COPY ... FROM STDIN` waiting for its rows, and whether it
-    /// runs in the text's implicit transaction.
-    copy: Option<(Arc<RelDef>, Vec<usize>, bool)>,
+    /// The `COPY ... FROM STDIN` waiting for its rows.
+    copy: Option<CopyInto>,
     /// Temporary tables `ON COMMIT DROP` of the open transaction.
     temp_tables: Vec<(String, String)>,
     /// Whether statements of the direct path's shapes take it.
@@ -432,7 +442,7 @@ impl Session {
             match r {
                 Ok(o @ Output::CopyIn { .. }) => {
                     if let Some(c) = self.copy.as_mut() {
-                        c.2 = implicit && self.status == Status::Idle;
+                        c.implicit = implicit && self.status == Status::Idle;
                     }
                     out.push(Ok(o));
                 }
@@ -457,18 +467,28 @@ impl Session {
         out
     }
 
-    /// The rows of the `COPY ... FROM STDIN` the last text started: cells in its columns'
-    /// order, of their types (integers, timestamps as µs and dates as days as `Int`; text,
-    /// uuid, floats and decimals as `Text`; `Bool`; bytea as `Bytes`). Answers `COPY n`; outside
-    /// a block the rows are committed before it returns. A bad row refuses the whole COPY.
+    /// The rows of the `COPY ... FROM STDIN` the last text started, whole: [`Session::copy_rows`]
+    /// then [`Session::copy_end`].
     pub async fn copy_in(&mut self, rows: Vec<Vec<Value>>) -> Result<Output> {
-        let Some((rel, targets, implicit)) = self.copy.take() else {
+        self.copy_rows(rows).await?;
+        self.copy_end().await
+    }
+
+    /// Rows of the `COPY ... FROM STDIN` the last text started, written in its transaction
+    /// (the COPY goes on: more may follow, and [`Session::copy_end`] ends it): cells in its
+    /// columns' order, of their types (integers, timestamps as µs and dates as days as `Int`;
+    /// text, uuid, floats and decimals as `Text`; `Bool`; bytea as `Bytes`). A bad row ends
+    /// the COPY at once: nothing of it lands (inside a block, the block fails), and
+    /// [`Session::copy_fail`] then has nothing left to undo.
+    pub async fn copy_rows(&mut self, rows: Vec<Vec<Value>>) -> Result<()> {
+        let Some(copy) = self.copy.take() else {
             return Err(SqlError::new(
                 "08P01",
                 "no COPY ... FROM STDIN is waiting for rows",
             ));
         };
-        let n = rows.len();
+        let (rel, targets, before) = (copy.rel.clone(), copy.targets.clone(), copy.rows);
+        let n = rows.len() as u64;
         let r = self
             .with_txn(async |txn| {
                 for (i, row) in rows.into_iter().enumerate() {
@@ -477,7 +497,7 @@ impl Session {
                             "22P04",
                             format!(
                                 "COPY row {} has {} values, the COPY names {} columns",
-                                i + 1,
+                                before + i as u64 + 1,
                                 row.len(),
                                 targets.len()
                             ),
@@ -492,20 +512,50 @@ impl Session {
                 Ok(())
             })
             .await;
-        let r = match r {
-            Ok(()) if implicit => self.commit_txn().await,
-            other => other,
-        };
         match r {
-            Ok(()) => Ok(Output::Command(format!("COPY {n}"))),
+            Ok(()) => {
+                self.copy = Some(CopyInto {
+                    rows: before + n,
+                    ..copy
+                });
+                Ok(())
+            }
             Err(e) => {
-                if implicit {
-                    self.drop_txn().await;
-                } else {
-                    self.fail_block().await;
-                }
+                self.end_failed_copy(copy.implicit).await;
                 Err(e)
             }
+        }
+    }
+
+    /// End the `COPY ... FROM STDIN` whose rows have all come: `COPY n`, committed first
+    /// outside a block.
+    pub async fn copy_end(&mut self) -> Result<Output> {
+        let Some(copy) = self.copy.take() else {
+            return Err(SqlError::new(
+                "08P01",
+                "no COPY ... FROM STDIN is waiting for rows",
+            ));
+        };
+        let r = if copy.implicit {
+            self.commit_txn().await
+        } else {
+            Ok(())
+        };
+        match r {
+            Ok(()) => Ok(Output::Command(format!("COPY {}", copy.rows))),
+            Err(e) => {
+                self.end_failed_copy(copy.implicit).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// A COPY failed: its writes go (its implicit transaction, or the block's).
+    async fn end_failed_copy(&mut self, implicit: bool) {
+        if implicit {
+            self.drop_txn().await;
+        } else {
+            self.fail_block().await;
         }
     }
 
@@ -543,12 +593,8 @@ impl Session {
     /// Give up a waiting `COPY ... FROM STDIN` (the client sent CopyFail): nothing of it lands,
     /// and a block it ran in is aborted, as in PostgreSQL.
     pub async fn copy_fail(&mut self, why: &str) -> SqlError {
-        if let Some((_, _, implicit)) = self.copy.take() {
-            if implicit {
-                self.drop_txn().await;
-            } else {
-                self.fail_block().await;
-            }
+        if let Some(copy) = self.copy.take() {
+            self.end_failed_copy(copy.implicit).await;
         }
         SqlError::new("57014", format!("COPY from stdin failed: {why}"))
     }
@@ -810,7 +856,12 @@ impl Session {
                     .iter()
                     .map(|i| (rel.columns[*i].name.clone(), rel.columns[*i].ty))
                     .collect();
-                self.copy = Some((rel, targets, false));
+                self.copy = Some(CopyInto {
+                    rel,
+                    targets,
+                    implicit: false,
+                    rows: 0,
+                });
                 Ok(Output::CopyIn {
                     columns: cols,
                     format,
