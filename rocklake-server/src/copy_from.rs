@@ -624,6 +624,13 @@ mod tests {
         assert_eq!(in_pieces(data, &every, columns, format), whole);
     }
 
+    fn binary_format() -> CopyFormat {
+        CopyFormat {
+            binary: true,
+            ..CopyFormat::default()
+        }
+    }
+
     fn binary_stream(rows: &[&[Option<&[u8]>]]) -> Vec<u8> {
         let mut d = COPY_SIGNATURE.to_vec();
         d.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 4, 9, 9, 9, 9]);
@@ -727,10 +734,7 @@ mod tests {
         let one = 1i64.to_be_bytes();
         let two = 2i64.to_be_bytes();
         let data = binary_stream(&[&[Some(&one), Some(b"x")], &[Some(&two), None]]);
-        let binary = CopyFormat {
-            binary: true,
-            ..CopyFormat::default()
-        };
+        let binary = binary_format();
         let rows = in_pieces(&data, &[], &cols, &binary).unwrap();
         assert_eq!(
             rows,
@@ -809,10 +813,7 @@ mod tests {
     #[test]
     fn truncated_copy_data_is_refused_with_its_position() {
         let cols = columns(&[("a", SqlType::BigInt)]);
-        let binary = CopyFormat {
-            binary: true,
-            ..CopyFormat::default()
-        };
+        let binary = binary_format();
         let mut d = COPY_SIGNATURE.to_vec();
         d.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0]);
         let e = in_pieces(&d, &[], &cols, &binary).unwrap_err();
@@ -824,10 +825,7 @@ mod tests {
     #[test]
     fn a_field_of_the_wrong_width_names_row_and_column() {
         let cols = columns(&[("snapshot_id", SqlType::BigInt)]);
-        let binary = CopyFormat {
-            binary: true,
-            ..CopyFormat::default()
-        };
+        let binary = binary_format();
         let mut d = COPY_SIGNATURE.to_vec();
         d.extend_from_slice(&[
             0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff,
