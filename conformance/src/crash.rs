@@ -108,6 +108,9 @@ pub fn run_child_test(make: impl FnOnce() -> Option<Target>) {
     // The test harness has printed `test ... crash_child ... ` without a newline: end that
     // line, so that every line of the protocol starts with its word.
     println!();
+    if crate::cutstore::wanted() {
+        crate::cutstore::listen_for_cut();
+    }
     runtime.block_on(async move {
         mark(OPENING);
         match target.open(&url).await {
@@ -115,12 +118,27 @@ pub fn run_child_test(make: impl FnOnce() -> Option<Target>) {
                 mark(OPENED);
                 child_main(backend).await
             }
-            Err(e) => {
-                eprintln!("crash child: cannot open {url}: {e}");
-                std::process::exit(3);
-            }
+            Err(e) => match child_fails(3, format!("crash child: cannot open {url}: {e}")).await {},
         }
     })
+}
+
+/// A child's end on a failure: print it and exit with `code`. After a power cut
+/// ([`crate::cutstore`]) every request fails and a dead machine neither says nor does anything
+/// more: then it only waits for the kill.
+async fn child_fails(code: i32, message: String) -> std::convert::Infallible {
+    if crate::cutstore::is_cut() {
+        std::future::pending::<()>().await;
+    }
+    eprintln!("{message}");
+    std::process::exit(code)
+}
+
+/// After a power cut, wait for the kill instead of trying again.
+async fn unless_cut() {
+    if crate::cutstore::is_cut() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// The variable that picks a child's job: unset, the crash loop; `hold`, see [`hold_main`].
@@ -138,6 +156,10 @@ pub const ACKS_ENV: &str = "ROCKLAKE_CHILD_ACKS";
 /// stdout. A child that cannot write it has lost its disk (a power cut): it stops there.
 fn report(line: String) {
     use std::io::Write;
+    if crate::cutstore::is_cut() {
+        // The power is gone: nobody hears of this commit.
+        return;
+    }
     static FILE: std::sync::OnceLock<Option<std::sync::Mutex<std::fs::File>>> =
         std::sync::OnceLock::new();
     let file = FILE.get_or_init(|| {
@@ -247,8 +269,7 @@ pub async fn crash_main(backend: Arc<dyn KvBackend>) -> ! {
     let cat = match Keyspace::open_with(backend, opts).await {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("crash child: cannot open the catalog: {e}");
-            std::process::exit(3);
+            match child_fails(3, format!("crash child: cannot open the catalog: {e}")).await {}
         }
     };
     mark(READY);
@@ -264,24 +285,23 @@ pub async fn crash_main(backend: Arc<dyn KvBackend>) -> ! {
 /// Forever: delete a row this task inserted (with its companions), raise retain-from to the
 /// latest snapshot, GC, and PURGE the deleted key; print `DEL <id>` once the delete is durable.
 async fn maintain_loop(ks: Keyspace) -> ! {
-    let fail = |what: &str, e: rocklake_core::Error| -> ! {
-        eprintln!("crash child: {what} failed: {e}");
-        std::process::exit(4);
+    let fail = |what: &str, e: rocklake_core::Error| {
+        child_fails(4, format!("crash child: {what} failed: {e}"))
     };
     loop {
         let id = loop {
             match commit_one(&ks).await {
                 Ok(id) => break id,
-                Err(e) if e.is_retryable() => continue,
-                Err(e) => fail("insert", e),
+                Err(e) if e.is_retryable() => unless_cut().await,
+                Err(e) => match fail("insert", e).await {},
             }
         };
         report(format!("{ACK_DOOMED}{id}"));
         loop {
             match delete_one(&ks, id).await {
                 Ok(()) => break,
-                Err(e) if e.is_retryable() => continue,
-                Err(e) => fail("delete", e),
+                Err(e) if e.is_retryable() => unless_cut().await,
+                Err(e) => match fail("delete", e).await {},
             }
         }
         report(format!("{DELETED}{id}"));
@@ -300,8 +320,8 @@ async fn maintain_loop(ks: Keyspace) -> ! {
         .await;
         match maintained {
             Ok(()) => {}
-            Err(e) if e.is_retryable() => {}
-            Err(e) => fail("retain-from, GC or PURGE", e),
+            Err(e) if e.is_retryable() => unless_cut().await,
+            Err(e) => match fail("retain-from, GC or PURGE", e).await {},
         }
     }
 }
@@ -322,16 +342,13 @@ async fn commit_loop(cat: Keyspace) -> ! {
         let r = loop {
             let r = commit_one(&cat).await;
             match r {
-                Err(e) if e.is_retryable() => continue,
+                Err(e) if e.is_retryable() => unless_cut().await,
                 r => break r,
             }
         };
         match r {
             Ok(id) => report(format!("{ACK}{id}")),
-            Err(e) => {
-                eprintln!("crash child: commit failed: {e}");
-                std::process::exit(4);
-            }
+            Err(e) => match child_fails(4, format!("crash child: commit failed: {e}")).await {},
         }
     }
 }
@@ -370,6 +387,8 @@ pub struct CrashSummary {
     pub in_keyspace_open: usize,
     /// Table rows found after the last round.
     pub rows: usize,
+    /// What the power cuts did, over all rounds ([`Ending::Cut`]).
+    pub cut: crate::cutstore::CutReport,
     /// The seed of the kill timing.
     pub seed: u64,
 }
@@ -441,8 +460,27 @@ impl Acks {
     }
 }
 
+/// How a round ends its child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// SIGKILL at a random moment.
+    Kill,
+    /// A power cut of its object store at a random moment ([`crate::cutstore`]), then SIGKILL.
+    Cut,
+}
+
 /// Run `rounds` kill-and-check rounds against one store of `target`.
 pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, String> {
+    run_rounds_ending(target, rounds, Ending::Kill).await
+}
+
+/// Run `rounds` rounds against one store of `target`, each ending its child as `ending` says,
+/// then checking the store.
+pub async fn run_rounds_ending(
+    target: &Target,
+    rounds: usize,
+    ending: Ending,
+) -> Result<CrashSummary, String> {
     let child = target.child.clone().ok_or("no child command")?;
     let store = target
         .fresh()
@@ -478,6 +516,9 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
             .stderr(Stdio::piped())
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        if ending == Ending::Cut {
+            cmd.env(crate::cutstore::CUT_ENV, "1").stdin(Stdio::piped());
+        }
         let mut proc = cmd
             .spawn()
             .map_err(|e| fail(format!("spawning the child: {e}")))?;
@@ -548,6 +589,27 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
                 acks.take(&line);
             }
         }
+        if ending == Ending::Cut {
+            let cut = match cut_child(&mut proc, &mut lines, &mut acks, &mut phase).await {
+                Ok(cut) => cut,
+                Err(e) => {
+                    let _ = proc.start_kill();
+                    let out = proc.wait_with_output().await.map_err(|e| e.to_string())?;
+                    return Err(fail(format!(
+                        "{e}; its stderr: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )));
+                }
+            };
+            if cut.wrapped == 0 && !acks.inserted.is_empty() {
+                return Err(fail(format!(
+                    "the child committed, but its object store was not under the power-cut \
+                     layer ({} unset by the target's opener? {cut})",
+                    crate::cutstore::CUT_ENV
+                )));
+            }
+            summary.cut.add(&cut);
+        }
         proc.start_kill().map_err(|e| fail(format!("kill: {e}")))?;
         // Lines already written before the kill are acknowledgements too.
         while let Ok(Some(line)) = lines.next_line().await {
@@ -609,6 +671,47 @@ pub async fn run_rounds(target: &Target, rounds: usize) -> Result<CrashSummary, 
     }
     summary.rows = seen.len();
     Ok(summary)
+}
+
+/// Tell a child to cut its power and read its lines up to the cut's report (what it printed
+/// before is acknowledged).
+async fn cut_child(
+    proc: &mut tokio::process::Child,
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    acks: &mut Acks,
+    phase: &mut Phase,
+) -> Result<crate::cutstore::CutReport, String> {
+    use tokio::io::AsyncWriteExt;
+    let mut stdin = proc.stdin.take().ok_or("the child has no stdin")?;
+    stdin
+        .write_all(b"cut\n")
+        .await
+        .map_err(|e| format!("telling the child to cut: {e}"))?;
+    stdin.flush().await.map_err(|e| e.to_string())?;
+    let waited = crate::cutstore::SETTLE + Duration::from_secs(20);
+    let report = tokio::time::timeout(waited, async {
+        while let Some(line) = lines.next_line().await.ok().flatten() {
+            if let Some(r) = crate::cutstore::CutReport::parse(&line) {
+                return Some(r);
+            }
+            phase.take(&line);
+            acks.take(&line);
+        }
+        None
+    })
+    .await;
+    match report {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => {
+            let status = proc.try_wait().ok().flatten();
+            Err(format!(
+                "the child ended before it reported its power cut ({status:?})"
+            ))
+        }
+        Err(_) => Err(format!(
+            "the child did not report its power cut within {waited:?}"
+        )),
+    }
 }
 
 /// Whether the child died of SIGKILL (on Unix; elsewhere any end counts).

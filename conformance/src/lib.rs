@@ -31,6 +31,7 @@ pub mod checks;
 pub mod crash;
 #[cfg(target_os = "linux")]
 pub mod cutfs;
+pub mod cutstore;
 pub mod faulty;
 pub mod power;
 #[cfg(target_os = "linux")]

@@ -23,7 +23,15 @@ fn opener() -> Opener {
             options.takeover = true;
             options.compactor_poll_interval = Some(Duration::from_millis(200));
             options.compaction_heartbeat_timeout = Some(Duration::from_secs(3));
-            let engine = SlateEngine::open(location, options).await?;
+            // A power-cut child (the power_cut check on object storage) writes through the
+            // layer that loses what was on its way at the cut.
+            let engine = if conformance::cutstore::wanted() {
+                let (store, path) = rocklake_slatedb::object_store_for(&location)?;
+                let store = conformance::cutstore::wrap(store);
+                SlateEngine::open_store(store, path, location, options).await?
+            } else {
+                SlateEngine::open(location, options).await?
+            };
             Ok(Arc::new(EngineBackend::new(engine)) as Arc<dyn KvBackend>)
         })
     })

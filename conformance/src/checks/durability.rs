@@ -100,15 +100,12 @@ pub async fn power_cut(t: &Target) -> CheckResult {
             t.base
         )));
     }
+    let folder = matches!(t.base.split_once("://"), Some(("dir" | "file", _)));
+    if !folder {
+        return power_cut_object_store(t).await;
+    }
     #[cfg(target_os = "linux")]
     {
-        if crate::power_cut::folder_url(t, std::path::Path::new("/x")).is_none() {
-            return Ok(Outcome::NotApplicable(format!(
-                "{}: not a folder; on object storage an acknowledged PUT is durable by the \
-                 store's contract, and a writer's end is the crash check's SIGKILL",
-                t.base
-            )));
-        }
         let cuts = crate::power_cut::cuts_from_env(40);
         if cuts == 0 || crate::cutfs::available().is_err() {
             let why = match crate::cutfs::available() {
@@ -142,6 +139,64 @@ pub async fn power_cut(t: &Target) -> CheckResult {
     Ok(Outcome::NotApplicable(
         "the power-loss layer is a FUSE file system: Linux only".into(),
     ))
+}
+
+/// [`power_cut`] on object storage: each round's child runs its object store under
+/// [`crate::cutstore`], which at a random moment drops the writes still on their way and loses
+/// the answers to those sent; then the store is checked as the crash check checks it.
+async fn power_cut_object_store(t: &Target) -> CheckResult {
+    let rounds = std::env::var("ROCKLAKE_STORE_CUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    if rounds == 0 {
+        if std::env::var_os("CI").is_some() {
+            return Err("0 power cuts asked for (ROCKLAKE_STORE_CUTS=0): CI must run them".into());
+        }
+        return Ok(Outcome::NotApplicable(
+            "0 power cuts asked for (ROCKLAKE_STORE_CUTS=0)".into(),
+        ));
+    }
+    // A new store every few rounds: the open a round starts with costs more as the store
+    // grows (300 rounds on one store took 1.55 s a round, against 0.7 s for the first 40).
+    let mut s = crash::CrashSummary::default();
+    let mut seeds = Vec::new();
+    while s.rounds < rounds {
+        let part =
+            crash::run_rounds_ending(t, (rounds - s.rounds).min(25), crash::Ending::Cut).await?;
+        seeds.push(part.seed.to_string());
+        s.rounds += part.rounds;
+        s.during_open += part.during_open;
+        s.acknowledged += part.acknowledged;
+        s.deleted += part.deleted;
+        s.rows += part.rows;
+        s.cut.add(&part.cut);
+    }
+    let c = s.cut;
+    // A layer that never dropped a write checked nothing a SIGKILL does not.
+    if rounds >= 20 && c.dropped == 0 {
+        return Err(format!(
+            "{rounds} power cuts dropped no write on its way ({c}): the layer did not cut"
+        ));
+    }
+    Ok(Outcome::Pass(format!(
+        "{} power cuts of the object store on {} stores ({} before the child's first \
+         acknowledgement): {} writes sent, {} on their way dropped, {} stored with their answer \
+         lost, {} still unanswered at the kill; {} acknowledged inserts and {} deletes all \
+         present, none half there, no delete undone, {} ids seen, none issued twice, marks never \
+         went back; seeds {} (ROCKLAKE_CRASH_SEED)",
+        s.rounds,
+        seeds.len(),
+        s.during_open,
+        c.sent,
+        c.dropped,
+        c.unanswered,
+        c.unsettled,
+        s.acknowledged,
+        s.deleted,
+        s.rows,
+        seeds.join(", ")
+    )))
 }
 
 /// Two writers on one catalog: exactly one commits afterwards; the fenced one's commits are

@@ -162,8 +162,33 @@ async fn qualify_with(crash_rounds: usize, json: bool) -> Result<ExitCode, Error
 
 /// `rocklake crash-child URL`: the writer the crash check kills.
 pub async fn crash_child(url: &str) -> Result<ExitCode, Error> {
+    let cut = conformance::cutstore::wanted();
+    if cut {
+        conformance::cutstore::listen_for_cut();
+    }
     conformance::crash::mark(conformance::crash::OPENING);
-    let backend = open_for_suite(url).await?;
+    let backend = if cut {
+        open_under_cut(url).await?
+    } else {
+        open_for_suite(url).await?
+    };
     conformance::crash::mark(conformance::crash::OPENED);
     conformance::crash::child_main(backend).await
+}
+
+/// A SlateDB store whose object store is under the power-cut layer (the `power_cut` check on
+/// object storage, [`conformance::cutstore`]). Other engines open as usual; the check then
+/// fails, saying that the layer saw nothing.
+async fn open_under_cut(url: &str) -> Result<Arc<dyn rocklake::KvBackend>, Error> {
+    #[cfg(feature = "slatedb")]
+    if rocklake::engine_of(url)? == "slatedb" {
+        use rocklake::rocklake_slatedb::{object_store_for, parse_url, SlateEngine};
+        let (location, mut options) = parse_url(url)?;
+        options.takeover = true;
+        let (store, path) = object_store_for(&location)?;
+        let store = conformance::cutstore::wrap(store);
+        let engine = SlateEngine::open_store(store, path, location, options).await?;
+        return Ok(Arc::new(rocklake::EngineBackend::new(engine)));
+    }
+    open_for_suite(url).await
 }
