@@ -2218,3 +2218,63 @@ async fn a_driver_copies_rows_in_as_on_postgresql() {
         assert_eq!((&ours.3, &ours.4), (&theirs.3, &theirs.4));
     }
 }
+
+/// `statement_timeout` bounds a `COPY ... FROM STDIN` until its data has all come, as on
+/// PostgreSQL: rows sent after the limit fail the COPY with 57014 and nothing of it lands
+/// (inside a block, the block fails); a COPY whose data ends in time lands. PostgreSQL sends
+/// the error at the limit and drops the rest of the COPY's messages; RockLake answers it at
+/// the next CopyData or CopyDone: the client reads the same messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_bounds_copy_from_stdin_as_on_postgresql() {
+    let Some(pg) = pg_url() else { return };
+    pg_fresh_db(&pg, "rocklake_copy_timeout").await;
+    let server = serve("sled", ServerOptions::default()).await;
+    let (mut theirs, _) =
+        Raw::connect(common::host_port(&pg), "postgres", "rocklake_copy_timeout").await;
+    let (mut ours, _) = Raw::connect(server.addr, "duck", "lake").await;
+    // The limit leaves a COPY in time room on a loaded machine; the late one waits 2.5 times it.
+    let limit = Duration::from_secs(1);
+    for (name, side) in [("postgres", &mut theirs), ("rocklake", &mut ours)] {
+        for sql in [
+            "CREATE TABLE ct (a BIGINT PRIMARY KEY)",
+            "SET statement_timeout = 1000",
+        ] {
+            assert_eq!(kinds(&side.query(sql).await), "C Z", "{name}: {sql}");
+        }
+    }
+    let cases = [(false, false), (true, false), (true, true), (false, true)];
+    for (i, (late, block)) in cases.into_iter().enumerate() {
+        let mut seen = Vec::new();
+        for side in [&mut theirs, &mut ours] {
+            let mut out = Vec::new();
+            if block {
+                out.extend(side.query("BEGIN").await);
+            }
+            side.send(b'Q', b"COPY ct FROM STDIN\0").await;
+            out.push(side.read().await.expect("an answer to the COPY"));
+            side.send(b'd', format!("{}\n", 10 * i + 1).as_bytes())
+                .await;
+            if late {
+                tokio::time::sleep(limit * 5 / 2).await;
+            }
+            side.send(b'd', format!("{}\n", 10 * i + 2).as_bytes())
+                .await;
+            side.send(b'c', &[]).await;
+            out.extend(side.until_ready().await);
+            if block {
+                out.extend(side.query("COMMIT").await);
+            }
+            out.extend(side.query("SELECT count(*) FROM ct").await);
+            seen.push(comparable(&out));
+        }
+        let what = format!("late {late}, in a block {block}");
+        assert_eq!(seen[1], seen[0], "{what}");
+        let timed_out = codes(seen[0].clone()).contains(&"E 57014".to_string());
+        assert_eq!(timed_out, late, "{what}: {:?}", seen[0]);
+    }
+    // Rows landed only from the two COPYs in time.
+    for (name, side) in [("postgres", &mut theirs), ("rocklake", &mut ours)] {
+        let rows = side.query("SELECT a FROM ct ORDER BY a").await;
+        assert_eq!(kinds(&rows), "T D D D D C Z", "{name}: {rows:?}");
+    }
+}

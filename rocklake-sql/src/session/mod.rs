@@ -437,7 +437,11 @@ impl Session {
                 Ok(()) => self.statement(stmt).await,
                 Err(e) => Err(e),
             };
-            self.interrupt.arm(None);
+            // A COPY FROM STDIN goes on while its rows come: its time limit with it, as in
+            // PostgreSQL (see `copy_rows`).
+            if self.copy.is_none() {
+                self.interrupt.arm(None);
+            }
             self.account_statement(&before, started);
             match r {
                 Ok(o @ Output::CopyIn { .. }) => {
@@ -487,6 +491,11 @@ impl Session {
                 "no COPY ... FROM STDIN is waiting for rows",
             ));
         };
+        // The COPY's statement_timeout (armed at its start) or a cancel ends it here.
+        if let Err(e) = self.interrupt.check() {
+            self.end_failed_copy(copy.implicit).await;
+            return Err(e);
+        }
         let (rel, targets, before) = (copy.rel.clone(), copy.targets.clone(), copy.rows);
         let n = rows.len() as u64;
         let r = self
@@ -536,10 +545,17 @@ impl Session {
                 "no COPY ... FROM STDIN is waiting for rows",
             ));
         };
-        let r = if copy.implicit {
-            self.commit_txn().await
-        } else {
-            Ok(())
+        let r = match self.interrupt.check() {
+            Err(e) => Err(e),
+            Ok(()) => {
+                // The COPY's time limit ends with its data; its commit is not interrupted.
+                self.interrupt.arm(None);
+                if copy.implicit {
+                    self.commit_txn().await
+                } else {
+                    Ok(())
+                }
+            }
         };
         match r {
             Ok(()) => Ok(Output::Command(format!("COPY {}", copy.rows))),
@@ -552,6 +568,7 @@ impl Session {
 
     /// A COPY failed: its writes go (its implicit transaction, or the block's).
     async fn end_failed_copy(&mut self, implicit: bool) {
+        self.interrupt.arm(None);
         if implicit {
             self.drop_txn().await;
         } else {
