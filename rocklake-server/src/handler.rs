@@ -36,6 +36,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rocklake_sql::datafusion::arrow::array::RecordBatch;
 use rocklake_sql::datafusion::arrow::datatypes::{Field, SchemaRef};
 use rocklake_sql::datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use rocklake_sql::origins::Origins;
 use rocklake_sql::pg_types::{pg_type, pg_type_of, PgType};
 use rocklake_sql::session::Status;
 use rocklake_sql::types::SqlType;
@@ -173,17 +174,21 @@ fn column_type(f: &Field) -> (PgType, i32) {
     })
 }
 
-fn row_description(schema: &SchemaRef, binary: bool) -> RowDescription {
+/// A result's RowDescription: each column's name, the table column it is read from (if it
+/// is one, as PostgreSQL says), and its type.
+fn row_description(schema: &SchemaRef, origins: &Origins, binary: bool) -> RowDescription {
+    let from = origins.resolve(schema.fields().len());
     RowDescription::new(
         schema
             .fields()
             .iter()
-            .map(|f| {
+            .zip(from)
+            .map(|(f, (table, column))| {
                 let (t, typmod) = column_type(f);
                 FieldDescription::new(
                     f.name().clone(),
-                    0,
-                    0,
+                    table,
+                    column,
                     t.oid,
                     t.len,
                     typmod,
@@ -194,22 +199,24 @@ fn row_description(schema: &SchemaRef, binary: bool) -> RowDescription {
     )
 }
 
-fn field_infos(schema: &SchemaRef) -> Vec<FieldInfo> {
-    field_infos_as(schema, &Format::UnifiedText)
+fn field_infos(schema: &SchemaRef, origins: &Origins) -> Vec<FieldInfo> {
+    field_infos_as(schema, origins, &Format::UnifiedText)
 }
 
 /// The result columns, each in the format the client asked for in its Bind.
-fn field_infos_as(schema: &SchemaRef, format: &Format) -> Vec<FieldInfo> {
+fn field_infos_as(schema: &SchemaRef, origins: &Origins, format: &Format) -> Vec<FieldInfo> {
+    let from = origins.resolve(schema.fields().len());
     schema
         .fields()
         .iter()
+        .zip(from)
         .enumerate()
-        .map(|(i, f)| {
+        .map(|(i, (f, (table, column)))| {
             let (t, typmod) = column_type(f);
             FieldInfo::new(
                 f.name().clone(),
-                None,
-                None,
+                (table != 0).then_some(table),
+                (column != 0).then_some(column),
                 Type::from_oid(t.oid).unwrap_or(Type::TEXT),
                 if is_binary(format, i) {
                     FieldFormat::Binary
@@ -407,10 +414,14 @@ impl Conn {
     {
         let tag = out.tag();
         match out.into_rows() {
-            Output::Rows { schema, batches } => {
+            Output::Rows {
+                schema,
+                batches,
+                origins,
+            } => {
                 client
                     .feed(PgWireBackendMessage::RowDescription(row_description(
-                        &schema, false,
+                        &schema, &origins, false,
                     )))
                     .await?;
                 for b in &batches {
@@ -523,13 +534,17 @@ impl Conn {
         let mut failed: Option<SqlError> = None;
         while let Some(piece) = from.recv().await {
             match piece {
-                Piece::Begin { schema, copy } => {
+                Piece::Begin {
+                    schema,
+                    copy,
+                    origins,
+                } => {
                     failed = None;
                     streaming = Some(match copy {
                         None => {
                             client
                                 .feed(PgWireBackendMessage::RowDescription(row_description(
-                                    &schema, false,
+                                    &schema, &origins, false,
                                 )))
                                 .await?;
                             Streaming::Rows
@@ -933,7 +948,7 @@ impl ExtendedQueryHandler for Conn {
                                 .describe(&portal.statement.statement)
                                 .await
                                 .map_err(|e| user_error(&e))?;
-                            let n = schema.map_or(0, |s| s.fields().len());
+                            let n = schema.map_or(0, |(s, _)| s.fields().len());
                             check_formats(&portal.result_column_format, n, |k| {
                                 format!(
                                     "bind message has {k} result formats but query has {n} columns"
@@ -1056,7 +1071,7 @@ impl ExtendedQueryHandler for Conn {
             })
             .collect();
         Ok(match schema {
-            Some(s) => DescribeStatementResponse::new(params, field_infos(&s)),
+            Some((s, origins)) => DescribeStatementResponse::new(params, field_infos(&s, &origins)),
             None => DescribeStatementResponse::new(params, vec![]),
         })
     }
@@ -1078,9 +1093,11 @@ impl ExtendedQueryHandler for Conn {
             .await
             .map_err(|e| user_error(&e))?;
         Ok(match schema {
-            Some(s) => {
-                DescribePortalResponse::new(field_infos_as(&s, &target.result_column_format))
-            }
+            Some((s, origins)) => DescribePortalResponse::new(field_infos_as(
+                &s,
+                &origins,
+                &target.result_column_format,
+            )),
             None => DescribePortalResponse::no_data(),
         })
     }
@@ -1122,7 +1139,11 @@ impl ExtendedQueryHandler for Conn {
         match results.pop().map(|r| r.map(Output::into_rows)) {
             None => Ok(Response::EmptyQuery),
             Some(Err(e)) => Err(user_error(&e)),
-            Some(Ok(Output::Rows { schema, batches })) => {
+            Some(Ok(Output::Rows {
+                schema,
+                batches,
+                origins,
+            })) => {
                 // Each column in the format the Bind asked for (the portal's RowDescription
                 // came from Describe).
                 let format = &portal.result_column_format;
@@ -1130,7 +1151,7 @@ impl ExtendedQueryHandler for Conn {
                 check_formats(format, n, |k| {
                     format!("bind message has {k} result formats but query has {n} columns")
                 })?;
-                let fields = Arc::new(field_infos_as(&schema, format));
+                let fields = Arc::new(field_infos_as(&schema, &origins, format));
                 let types: Vec<PgType> = schema.fields().iter().map(|f| column_type(f).0).collect();
                 let mut rows = Vec::new();
                 for b in &batches {

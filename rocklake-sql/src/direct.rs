@@ -207,6 +207,13 @@ pub(crate) struct Select<'a> {
     order: Vec<(usize, bool, bool)>,
 }
 
+impl Select<'_> {
+    /// The table it reads and each result column's index among the table's columns.
+    pub(crate) fn reads(&self) -> (&RelDef, &[usize]) {
+        (&self.target.rel, &self.columns)
+    }
+}
+
 /// Whether `q` is its body alone: no `WITH`, `LIMIT`, `FETCH`, locking, `FOR`, settings,
 /// format or pipe clauses, and no `ORDER BY` unless `order_by` allows one.
 pub(crate) fn bare_body(q: &Query, order_by: bool) -> bool {

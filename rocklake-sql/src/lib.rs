@@ -60,6 +60,7 @@ pub mod store_pairs;
 mod colnames;
 pub mod copy;
 pub mod direct;
+pub mod origins;
 mod rewrite;
 pub mod session;
 

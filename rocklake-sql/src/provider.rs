@@ -164,6 +164,13 @@ pub struct RockTable {
     key: bool,
 }
 
+impl RockTable {
+    /// The table's definition.
+    pub fn rel(&self) -> &Arc<RelDef> {
+        &self.rel
+    }
+}
+
 #[async_trait]
 impl TableProvider for RockTable {
     fn schema(&self) -> SchemaRef {

@@ -108,7 +108,9 @@ async fn shell(session: &mut Session, json: bool) -> bool {
 
 fn print_output(out: &Output, json: bool) {
     match out {
-        Output::Rows { schema, batches }
+        Output::Rows {
+            schema, batches, ..
+        }
         | Output::CopyOut {
             schema, batches, ..
         } => {

@@ -110,10 +110,13 @@ where
     let mut outcome = Executed::Done;
     while let Some(piece) = from.recv().await {
         match piece {
-            Piece::Begin { schema, copy: None } => columns = columns_in(format, &schema),
+            Piece::Begin {
+                schema, copy: None, ..
+            } => columns = columns_in(format, &schema),
             Piece::Begin {
                 schema,
                 copy: Some(copy_format),
+                ..
             } => {
                 columns = Ok(vec![]);
                 let mut header = Vec::new();
@@ -154,7 +157,9 @@ where
                     metrics.statement(Ok(&tag));
                 }
                 let sent = match out.into_rows() {
-                    Output::Rows { schema, batches } => match columns_in(format, &schema) {
+                    Output::Rows {
+                        schema, batches, ..
+                    } => match columns_in(format, &schema) {
                         Ok(types) => {
                             let mut sent = Ok(());
                             for b in &batches {

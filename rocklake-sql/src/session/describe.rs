@@ -14,6 +14,7 @@ use super::Session;
 use crate::catalog::fold;
 use crate::colnames::{alias_repeated, pg_column_names, rename_columns};
 use crate::error::{state, Result, SqlError};
+use crate::origins::Origins;
 use crate::rewrite::{
     hide_ctid_from_wildcards, max_placeholder, mentions_ctid, placeholder_number, strip_collate,
 };
@@ -23,7 +24,11 @@ impl Session {
     /// prepared statement): the types of its `$n` parameters and, for a query, its result
     /// columns (`None`: the statement returns no rows). Several statements are refused, as
     /// PostgreSQL refuses them in a prepared statement.
-    pub async fn describe(&mut self, sql: &str) -> Result<(Vec<Option<Field>>, Option<SchemaRef>)> {
+    /// The result columns come with where each is read from ([`Origins`]).
+    pub async fn describe(
+        &mut self,
+        sql: &str,
+    ) -> Result<(Vec<Option<Field>>, Option<(SchemaRef, Origins)>)> {
         let mut statements = self
             .db
             .parse(sql)
@@ -96,7 +101,7 @@ impl Session {
         });
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         let (schema, _) = rename_columns(schema, vec![], &col_names)?;
-        Ok((types, Some(schema)))
+        Ok((types, Some((schema, Origins::Plan(Arc::new(plan))))))
     }
 
     /// The types of the `$n` parameters of an INSERT, UPDATE or DELETE (`None` where nothing

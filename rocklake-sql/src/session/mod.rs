@@ -39,6 +39,7 @@ use crate::direct::DirectMode;
 use crate::error::{state, Result, SqlError};
 use crate::functions::register_pg_functions;
 use crate::interrupt::Interrupt;
+use crate::origins::Origins;
 use crate::phases::{Phase, PhaseSnapshot};
 use crate::provider::{RockCatalog, Shared};
 use crate::relation::RelDef;
@@ -62,6 +63,8 @@ pub enum Output {
         schema: SchemaRef,
         /// Its rows.
         batches: Vec<RecordBatch>,
+        /// Where its columns are read from ([`Origins::resolve`]).
+        origins: Origins,
     },
     /// The rows of `COPY (query) TO STDOUT`, for the wire layer to encode.
     CopyOut {
@@ -126,10 +129,12 @@ impl Output {
                     Ok(b) => Output::Rows {
                         schema,
                         batches: vec![b],
+                        origins: Origins::None,
                     },
                     Err(_) => Output::Rows {
                         schema,
                         batches: Vec::new(),
+                        origins: Origins::None,
                     },
                 }
             }
@@ -174,6 +179,8 @@ pub enum Piece {
         schema: SchemaRef,
         /// `Some` for COPY TO.
         copy: Option<CopyFormat>,
+        /// Where its columns are read from ([`Origins::resolve`]).
+        origins: Origins,
     },
     /// Rows of the result begun last; the memory they hold stays counted in the database's
     /// pool until the piece is dropped.

@@ -21,6 +21,7 @@ use crate::colnames::{alias_repeated, pg_column_names, rename_columns, Renamer};
 use crate::copy::CopyFormat;
 use crate::direct::{self, DirectMode};
 use crate::error::{Result, SqlError};
+use crate::origins::Origins;
 use crate::phases::Phase;
 use crate::relation::KEY_COLUMN;
 use crate::rewrite::{
@@ -52,7 +53,7 @@ fn check_width(schema: &SchemaRef) -> Result<()> {
 
 /// A query's rows: gathered, or already handed to the streaming receiver.
 enum Answer {
-    Gathered(SchemaRef, Vec<RecordBatch>),
+    Gathered(SchemaRef, Vec<RecordBatch>, Origins),
     Sent(usize),
 }
 
@@ -65,8 +66,12 @@ impl Session {
         let to = self.stream.as_ref().map(|to| (to, copy.clone()));
         Ok(match (self.answer(q, to).await?, copy) {
             (Answer::Sent(rows), copy) => Output::Sent { rows, copy },
-            (Answer::Gathered(schema, batches), None) => Output::Rows { schema, batches },
-            (Answer::Gathered(schema, batches), Some(format)) => Output::CopyOut {
+            (Answer::Gathered(schema, batches, origins), None) => Output::Rows {
+                schema,
+                batches,
+                origins,
+            },
+            (Answer::Gathered(schema, batches, _), Some(format)) => Output::CopyOut {
                 schema,
                 batches,
                 format,
@@ -77,7 +82,7 @@ impl Session {
     /// Plan and run a query, gathering its rows.
     pub(super) async fn query(&self, q: Query) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         match self.answer(q, None).await? {
-            Answer::Gathered(schema, batches) => Ok((schema, batches)),
+            Answer::Gathered(schema, batches, _) => Ok((schema, batches)),
             Answer::Sent(_) => Err(SqlError::internal("a gathered query's rows were sent")),
         }
     }
@@ -99,20 +104,32 @@ impl Session {
         if !ctid && self.direct != DirectMode::Off {
             let direct = match self.direct_select(&q).await {
                 Some(out) => Some(out),
-                None => self.direct_constant(&q),
+                None => self
+                    .direct_constant(&q)
+                    .map(|(schema, batches)| (schema, batches, Origins::None)),
             };
-            if let Some(out) = direct {
+            if let Some((schema, batches, origins)) = direct {
+                let out = (schema, batches);
                 check_width(&out.0)?;
                 // Compared as the client sees them: with PostgreSQL's column names.
                 let out = rename_columns(out.0, out.1, &names)?;
                 if self.direct == DirectMode::Check {
-                    let (schema, batches) = self
+                    let (schema, batches, planned) = self
                         .plan_and_collect(Statement::Query(Box::new(q)), false, false)
                         .await?;
                     let general = rename_columns(schema, batches, &names)?;
                     same_answer("a SELECT", &out, &general, true)?;
+                    let n = out.0.fields().len();
+                    if origins.resolve(n) != planned.resolve(n) {
+                        return Err(SqlError::internal(format!(
+                            "the direct path's result columns come from {:?}, DataFusion's \
+                             plan's from {:?}",
+                            origins.resolve(n),
+                            planned.resolve(n)
+                        )));
+                    }
                 }
-                return Ok(Answer::Gathered(out.0, out.1));
+                return Ok(Answer::Gathered(out.0, out.1, origins));
             }
         }
         // A query of the system catalogs alone (DuckDB's postgres extension asks several per
@@ -128,7 +145,7 @@ impl Session {
             self.shared
                 .system_answers_reused
                 .fetch_add(1, Ordering::Relaxed);
-            return Ok(Answer::Gathered(hit.0, hit.1));
+            return Ok(Answer::Gathered(hit.0, hit.1, Origins::None));
         }
         if let (Some((to, copy)), None) = (to, &key) {
             let rows = self
@@ -136,14 +153,15 @@ impl Session {
                 .await?;
             return Ok(Answer::Sent(rows));
         }
-        let (schema, batches) = self
+        let (schema, batches, origins) = self
             .plan_and_collect(Statement::Query(Box::new(q)), ctid, false)
             .await?;
         let out = rename_columns(schema, batches, &names)?;
         if let Some(k) = key {
+            // PostgreSQL's own catalogs are not tables of ours: no origins.
             self.db.keep_system_answer(k, catalog, out.clone());
         }
-        Ok(Answer::Gathered(out.0, out.1))
+        Ok(Answer::Gathered(out.0, out.1, origins))
     }
 
     /// A SELECT of constants without FROM, on the direct path when it can evaluate them.
@@ -156,12 +174,20 @@ impl Session {
     }
 
     /// `q` on the direct path, when it is of its shape and it can finish it.
-    pub(super) async fn direct_select(&self, q: &Query) -> Option<(SchemaRef, Vec<RecordBatch>)> {
+    pub(super) async fn direct_select(
+        &self,
+        q: &Query,
+    ) -> Option<(SchemaRef, Vec<RecordBatch>, Origins)> {
         let planning = Instant::now();
         let catalog = self.shared.current_catalog();
         let plan = direct::select_shape(q, &catalog, self.nulls);
         self.shared.phases.since(Phase::Plan, planning);
         let plan = plan?;
+        let (rel, columns) = plan.reads();
+        let origins = Origins::Table {
+            oid: rel.table_oid(),
+            columns: columns.into(),
+        };
         let guard = self.shared.txn.lock().await;
         let txn = guard.as_ref()?;
         let (out, read) = direct::select(&self.direct_state, txn, &plan, &self.shared.phases)
@@ -171,7 +197,7 @@ impl Session {
             .pairs_read
             .fetch_add(read as u64, Ordering::Relaxed);
         self.shared.direct_runs.fetch_add(1, Ordering::Relaxed);
-        Some(out)
+        Some((out.0, out.1, origins))
     }
 
     /// The batch a direct UPDATE or DELETE changes: the storage key of every row it names,
@@ -230,7 +256,7 @@ impl Session {
         stmt: Statement,
         ctid: bool,
         key: bool,
-    ) -> Result<(SchemaRef, Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+    ) -> Result<(SchemaRef, Arc<dyn ExecutionPlan>, Arc<TaskContext>, Origins)> {
         // One copy of DataFusion's session state serves planning and execution (each
         // `SessionContext::state()` clones every function registry).
         let state = self.ctx.state();
@@ -259,7 +285,9 @@ impl Session {
         );
         let physical = crate::interrupt::interruptible(physical?, &self.interrupt)?;
         let schema = resolve_null_types(schema, &physical.schema());
-        Ok((schema, physical, state.task_ctx()))
+        // Kept for the result's RowDescription, worked out only if one is sent.
+        let origins = Origins::Plan(Arc::new(plan));
+        Ok((schema, physical, state.task_ctx(), origins))
     }
 
     pub(super) async fn plan_and_collect(
@@ -267,8 +295,8 @@ impl Session {
         stmt: Statement,
         ctid: bool,
         key: bool,
-    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-        let (schema, physical, ctx) = self.plan(stmt, ctid, key).await?;
+    ) -> Result<(SchemaRef, Vec<RecordBatch>, Origins)> {
+        let (schema, physical, ctx, origins) = self.plan(stmt, ctid, key).await?;
         // Gathered batch by batch, each reserved from the database's memory pool first, so a
         // result too large for it fails with 53200 rather than taking the process's memory.
         let reservation =
@@ -280,7 +308,7 @@ impl Session {
             reservation.try_grow(batch.get_array_memory_size())?;
             batches.push(batch);
         }
-        Ok((schema, batches))
+        Ok((schema, batches, origins))
     }
 
     /// Plan and run `stmt`, handing its rows to `to` batch by batch as they come (after a
@@ -295,7 +323,7 @@ impl Session {
         to: &Sender<Piece>,
         copy: Option<CopyFormat>,
     ) -> Result<usize> {
-        let (schema, physical, ctx) = self.plan(stmt, ctid, false).await?;
+        let (schema, physical, ctx, origins) = self.plan(stmt, ctid, false).await?;
         let reservation = MemoryConsumer::new("a result being sent").register(ctx.memory_pool());
         let mut stream = execute_stream(physical, ctx)?;
         let renamer = Renamer::new(schema.fields().len(), names);
@@ -306,7 +334,15 @@ impl Session {
             Some(r) => r.schema(&next.as_ref().map_or(schema, |b| b.schema())),
             None => schema,
         };
-        self.send_piece(to, Piece::Begin { schema, copy }).await?;
+        self.send_piece(
+            to,
+            Piece::Begin {
+                schema,
+                copy,
+                origins,
+            },
+        )
+        .await?;
         let mut rows = 0;
         while let Some(batch) = next {
             let batch = match &renamer {
@@ -391,7 +427,7 @@ impl Session {
             return Err(SqlError::internal(format!("planning {sql}: not a query")));
         };
         strip_collate(&mut q);
-        let (_, batches) = self
+        let (_, batches, _) = self
             .plan_and_collect(Statement::Query(q), ctid, true)
             .await?;
         Ok(batches)
