@@ -103,6 +103,26 @@ const QUERIES: &[&str] = &[
     "SET LOCAL nope_setting = 1",
     "SELECT 1",
     "ROLLBACK",
+    // The default isolation level (what a statement outside a block runs at): SHOW, SET,
+    // SET LOCAL ending with its block, the other spelling, a level PostgreSQL does not have,
+    // RESET.
+    "SHOW default_transaction_isolation",
+    "SHOW transaction_isolation",
+    "SET default_transaction_isolation = 'repeatable read'",
+    "SHOW default_transaction_isolation",
+    "BEGIN",
+    "SHOW transaction_isolation",
+    "SET LOCAL default_transaction_isolation = 'read committed'",
+    "SHOW default_transaction_isolation",
+    "COMMIT",
+    "SHOW default_transaction_isolation",
+    "SET default_transaction_isolation = 'snapshot'",
+    "SET default_transaction_isolation TO DEFAULT",
+    "SHOW default_transaction_isolation",
+    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "SHOW default_transaction_isolation",
+    "RESET default_transaction_isolation",
+    "SHOW default_transaction_isolation",
 ];
 
 /// A join whose rows are all made by DataFusion's own loop (a hundred thousand squared, about

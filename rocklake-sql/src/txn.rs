@@ -107,6 +107,14 @@ fn entry_size(key: &[u8], value: Option<&Bytes>) -> usize {
     ENTRY_OVERHEAD + key.len() + value.map_or(0, Bytes::len)
 }
 
+impl Txn {
+    /// Whether the transaction has written nothing (rows, keys or definitions): ending it
+    /// loses nothing but its snapshot and the locks its writes would have taken.
+    pub fn is_clean(&self) -> bool {
+        self.writes.is_empty() && !self.ddl
+    }
+}
+
 impl std::fmt::Debug for Txn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Txn")

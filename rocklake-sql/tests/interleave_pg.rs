@@ -17,7 +17,7 @@
 //! (see [`known_difference`]). The outcomes are counted and printed; each fixed schedule's
 //! outcome must have been seen.
 //!
-//! `ROCKLAKE_INTERLEAVE_CASES` sets the number of schedules (default 6; CI more; the first five
+//! `ROCKLAKE_INTERLEAVE_CASES` sets the number of schedules (default 8; CI more; the first six
 //! are fixed ones, for the outcomes random schedules reach only now and then), and
 //! `ROCKLAKE_INTERLEAVE_SEED` replays one run (the seed is printed). `.ci/run` starts
 //! PostgreSQL and sets `ROCKLAKE_TEST_PG`; without it the test fails in CI and says NOT RUN
@@ -268,8 +268,15 @@ async fn settle(sent: &mut Sent, pg_wait: Duration) -> Settled {
     }
 }
 
-fn outcome(sql: &str, answer: &str) -> String {
+/// What a statement's answer was, by kind: `lone` for one sent outside a block (PostgreSQL
+/// runs it at `READ COMMITTED`, unlike a DuckLake block).
+fn outcome(sql: &str, answer: &str, lone: bool) -> String {
     let word = sql.split(' ').next().unwrap_or("");
+    let word = if lone {
+        format!("lone {word}")
+    } else {
+        word.to_string()
+    };
     match answer {
         a if a.starts_with("rows") => "read".into(),
         a if a.starts_with("ok") => format!("{word} ok"),
@@ -312,6 +319,8 @@ struct Run {
     cancels: Vec<(Arc<Interrupt>, CancelToken)>,
     scripts: Vec<Vec<String>>,
     next: Vec<usize>,
+    /// Whether each session is inside a block (`BEGIN` answered, no `COMMIT`/`ROLLBACK` yet).
+    in_block: Vec<bool>,
     waiting: Vec<Option<Sent>>,
     log: Vec<String>,
     /// A PostgreSQL connection of no session's, to look at the committed state.
@@ -348,7 +357,12 @@ impl Run {
         match settle(&mut sent, pg_wait).await {
             Settled::Same(a) => {
                 self.log.push(format!("s{i} {} -> {a}{after}", sent.sql));
-                let o = format!("{}{after}", outcome(&sent.sql, &a));
+                let o = format!("{}{after}", outcome(&sent.sql, &a, !self.in_block[i]));
+                if sent.sql.starts_with("BEGIN") {
+                    self.in_block[i] = true;
+                } else if matches!(sent.sql.as_str(), "COMMIT" | "ROLLBACK") {
+                    self.in_block[i] = false;
+                }
                 *seen.outcomes.entry(o).or_default() += 1;
                 seen.statements += 1;
                 Ok(true)
@@ -405,7 +419,7 @@ impl Run {
                 ));
                 let mut rollback = self.send(i, "ROLLBACK");
                 match settle(&mut rollback, ANSWER).await {
-                    Settled::Same(_) => {}
+                    Settled::Same(_) => self.in_block[i] = false,
                     _ => return Err("the two ROLLBACKs after the known difference differ".into()),
                 }
                 let script = &self.scripts[i];
@@ -463,10 +477,14 @@ impl Run {
     }
 }
 
-/// Two fixed schedules that the random ones reach only now and then: two transactions that
-/// lock two rows in opposite orders (the second to close the cycle gets `40P01`, and the
-/// other goes on once it rolls back), and an UPDATE that waits for another's update of the
-/// same row and gets `40001` when that one commits.
+/// Fixed schedules for the outcomes the random ones reach only now and then: two
+/// transactions that lock two rows in opposite orders (the second to close the cycle gets
+/// `40P01`, and the other goes on once it rolls back); an UPDATE that waits for another's
+/// update of the same row and gets `40001` when that one commits (or goes on when it rolls
+/// back); an INSERT that waits for another's insert of its key; a second waiter cancelled;
+/// and lone statements (PostgreSQL's `READ COMMITTED`) that wait for a block's update or
+/// delete of their row and go on with the row as it then is, unless the session's
+/// `default_transaction_isolation` is `repeatable read`.
 fn fixed_schedules() -> Vec<(Vec<Vec<String>>, VecDeque<usize>)> {
     let bump = |f: u64| {
         format!("UPDATE ducklake_data_file SET record_count = record_count + 1 WHERE data_file_id = {f}")
@@ -490,6 +508,17 @@ fn fixed_schedules() -> Vec<(Vec<Vec<String>>, VecDeque<usize>)> {
     let mut queue0 = load();
     queue0.extend([begin(), bump(1), "COMMIT".into()]);
     let queued = || vec![begin(), bump(1), "ROLLBACK".into()];
+    let delete2 = || "DELETE FROM ducklake_data_file WHERE data_file_id = 2".to_string();
+    let mut holder = load();
+    for change in [bump(1), delete2(), bump(1)] {
+        holder.extend([begin(), change, "COMMIT".into()]);
+    }
+    let lone = vec![
+        bump(1),
+        delete2(),
+        "SET default_transaction_isolation = 'repeatable read'".into(),
+        bump(1),
+    ];
     vec![
         // s0 loads; both begin; s0 locks 1, s1 locks 2; s0 waits for 2; s1 asks for 1.
         (
@@ -518,6 +547,13 @@ fn fixed_schedules() -> Vec<(Vec<Vec<String>>, VecDeque<usize>)> {
         (
             vec![queue0, queued(), queued()],
             VecDeque::from([0, 0, 0, 0, 1, 2, 1, 2, 0, 1, 2]),
+        ),
+        // s0 loads; s0 updates 1 in a block, s1's lone update of 1 waits and goes on when
+        // s0 commits; the same with a delete of 2 (s1's lone delete then deletes nothing);
+        // s1 asks for REPEATABLE READ, and its lone update of 1 then gets 40001 instead.
+        (
+            vec![holder, lone],
+            VecDeque::from([0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 1, 0]),
         ),
     ]
 }
@@ -579,6 +615,7 @@ async fn run_schedule(
         pg,
         cancels,
         next: vec![0; n],
+        in_block: vec![false; n],
         waiting: (0..n).map(|_| None).collect(),
         scripts,
         log: Vec::new(),
@@ -619,7 +656,7 @@ fn interleaved_sessions_get_postgresql_s_answers() {
             v.parse()
                 .expect("ROCKLAKE_INTERLEAVE_CASES must be a number")
         })
-        .unwrap_or(6);
+        .unwrap_or(8);
     let seed: u64 = match std::env::var("ROCKLAKE_INTERLEAVE_SEED") {
         Ok(v) => v
             .parse()
@@ -665,6 +702,9 @@ fn interleaved_sessions_get_postgresql_s_answers() {
                     "UPDATE 40001",
                     "INSERT ok (after waiting)",
                     "cancelled while waiting",
+                    "lone UPDATE ok (after waiting)",
+                    "lone DELETE ok (after waiting)",
+                    "lone UPDATE 40001 (after waiting)",
                 ] {
                     assert!(
                         seen.outcomes.contains_key(want),

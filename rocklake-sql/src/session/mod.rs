@@ -441,7 +441,7 @@ impl Session {
             // statement_timeout counts from each statement's start, as in PostgreSQL 13+.
             self.interrupt.arm(self.settings.statement_timeout());
             let r = match bind_parameters(&mut stmt, params) {
-                Ok(()) => self.statement(stmt).await,
+                Ok(()) => self.statement_outside_block(stmt, implicit).await,
                 Err(e) => Err(e),
             };
             // A COPY FROM STDIN goes on while its rows come: its time limit with it, as in
@@ -476,6 +476,54 @@ impl Session {
             }
         }
         out
+    }
+
+    /// Run `stmt`; outside a block at `READ COMMITTED` (the default, see
+    /// [`settings::Settings::statement_snapshots`]), as PostgreSQL's `READ COMMITTED` does when
+    /// a row it would change was changed by a transaction that committed after its snapshot
+    /// (it waited for that transaction, or the commit came first): PostgreSQL takes the row as
+    /// it now is and goes on where `REPEATABLE READ` fails with `40001`. Here the statement is
+    /// run again on a new snapshot, which finds the row as it now is (or finds it gone, or no
+    /// longer matching). Only while its transaction has written nothing, so that nothing but
+    /// the statement's own work is redone; bounded, and a cancel or `statement_timeout` ends
+    /// it as it ends any statement.
+    async fn statement_outside_block(&mut self, stmt: Statement, implicit: bool) -> Result<Output> {
+        /// Runs of one statement before its `40001` is answered after all.
+        const MAX_RUNS: usize = 100;
+        let again = implicit
+            && self.status == Status::Idle
+            && self.settings.statement_snapshots()
+            && self
+                .shared
+                .txn
+                .lock()
+                .await
+                .as_ref()
+                .is_none_or(Txn::is_clean);
+        if !again {
+            return self.statement(stmt).await;
+        }
+        let mut runs = 1;
+        loop {
+            let r = self.statement(stmt.clone()).await;
+            match r {
+                Err(e)
+                    if e.code == state::SERIALIZATION_FAILURE
+                        && self.status == Status::Idle
+                        && self.copy.is_none()
+                        && runs < MAX_RUNS =>
+                {
+                    // Its snapshot and whatever it began go; the session's settings and
+                    // temporary tables stay (`drop_txn` would undo a `SET` made earlier in
+                    // the same text).
+                    self.shared.txn.lock().await.take();
+                    self.interrupt.check()?;
+                    runs += 1;
+                    tracing::debug!(runs, "statement run again on a new snapshot after 40001");
+                }
+                r => return r,
+            }
+        }
     }
 
     /// The rows of the `COPY ... FROM STDIN` the last text started, whole: [`Session::copy_rows`]

@@ -1,10 +1,11 @@
 //! Settings a session keeps: `SET`, `RESET` and `SHOW` of the time limits
-//! `statement_timeout`, `idle_in_transaction_session_timeout` and `idle_session_timeout`, with
-//! PostgreSQL's units, its display and its transaction rules (a `SET` rolled back with its
-//! transaction is undone; `SET LOCAL` lasts until the transaction ends and does nothing
-//! outside a block; `RESET` goes back to the value the session started with). Other settings
-//! PostgreSQL 15 lets a session change, and custom ones (a name with a dot), are accepted and
-//! ignored, except a request for SERIALIZABLE isolation, which is refused ([`check_isolation`]).
+//! `statement_timeout`, `idle_in_transaction_session_timeout` and `idle_session_timeout`, and
+//! of `default_transaction_isolation`, with PostgreSQL's units, its display and its
+//! transaction rules (a `SET` rolled back with its transaction is undone; `SET LOCAL` lasts
+//! until the transaction ends and does nothing outside a block; `RESET` goes back to the value
+//! the session started with). Other settings PostgreSQL 15 lets a session change, and custom
+//! ones (a name with a dot), are accepted and ignored, except a request for SERIALIZABLE
+//! isolation, which is refused ([`check_isolation`]).
 //! A name PostgreSQL does not know, or a parameter only its server's start or configuration
 //! file sets, gets PostgreSQL's error ([`check_settable`]), so a mistyped `SET` is not taken
 //! for a setting made.
@@ -43,8 +44,10 @@ const ISOLATION_SETTINGS: [&str; 2] = ["default_transaction_isolation", "transac
 /// Every RockLake transaction runs under snapshot isolation, which is PostgreSQL's REPEATABLE
 /// READ: a write skew (two transactions each reading what the other writes) commits on both
 /// sides. A client that asks for SERIALIZABLE is counting on that being refused, so the
-/// request is refused (`0A000`) rather than silently run weaker. READ COMMITTED and READ
-/// UNCOMMITTED are accepted and run at REPEATABLE READ, which is stronger than both.
+/// request is refused (`0A000`) rather than silently run weaker. A block begun at READ
+/// COMMITTED or READ UNCOMMITTED runs at REPEATABLE READ, which is stronger than both; a
+/// statement outside a block follows `default_transaction_isolation` (see
+/// [`Settings::statement_snapshots`]).
 pub(super) fn check_isolation(modes: &[TransactionMode]) -> Result<()> {
     if modes.iter().any(|m| {
         matches!(
@@ -122,7 +125,7 @@ pub fn check_startup_setting(name: &str, value: &str) -> Result<()> {
         .iter()
         .any(|s| name.eq_ignore_ascii_case(s))
     {
-        check_isolation_value(value)?;
+        isolation_value(name, value)?;
     }
     Ok(())
 }
@@ -165,53 +168,85 @@ fn time_setting(name: &str) -> Option<usize> {
 /// A time limit's value; `None` is 0 (no limit).
 type Limit = Option<Duration>;
 
+/// One setting's value, what `RESET` goes back to, and what undoes a transaction's change.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tracked<T: Copy> {
+    value: T,
+    /// The server's default or the connection's startup option.
+    default: T,
+    /// The value when the open transaction first changed it (back on rollback).
+    before_txn: Option<T>,
+    /// The value before a `SET LOCAL` of the open transaction (back at its end).
+    before_local: Option<T>,
+}
+
+impl<T: Copy> Tracked<T> {
+    /// A value given at the session's start: as `SET` outside any transaction, and what
+    /// `RESET` goes back to.
+    fn start(&mut self, v: T) {
+        self.value = v;
+        self.default = v;
+    }
+
+    fn committed(&mut self) {
+        if let Some(v) = self.before_local.take() {
+            self.value = v;
+        }
+        self.before_txn = None;
+    }
+
+    fn rolled_back(&mut self) {
+        if let Some(v) = self.before_txn.take() {
+            self.value = v;
+        }
+        self.before_local = None;
+    }
+
+    fn assign(&mut self, value: T, local: bool) {
+        self.before_txn.get_or_insert(self.value);
+        if local {
+            self.before_local.get_or_insert(self.value);
+        } else {
+            self.before_local = None;
+        }
+        self.value = value;
+    }
+}
+
 /// What a session's settings are, and what undoes a transaction's changes to them.
 #[derive(Debug, Default)]
 pub(crate) struct Settings {
     /// Each of [`TIME_SETTINGS`].
-    values: [Limit; 3],
-    /// What `RESET` goes back to: the server's default or the connection's startup option.
-    defaults: [Limit; 3],
-    /// Their values when the open transaction first changed them (back on rollback).
-    before_txn: [Option<Limit>; 3],
-    /// Their values before a `SET LOCAL` of the open transaction (back at its end).
-    before_local: [Option<Limit>; 3],
+    limits: [Tracked<Limit>; 3],
+    /// `default_transaction_isolation` is `repeatable read` (PostgreSQL's default, and this
+    /// one's, is `read committed`): see [`Settings::statement_snapshots`].
+    repeatable_default: Tracked<bool>,
 }
 
 impl Settings {
     /// `statement_timeout`.
     pub(crate) fn statement_timeout(&self) -> Limit {
-        self.values[STATEMENT_TIMEOUT]
+        self.limits[STATEMENT_TIMEOUT].value
+    }
+
+    /// Whether a statement outside a block runs as PostgreSQL's `READ COMMITTED` does: a row
+    /// another transaction changed and committed while the statement waited for it (or
+    /// since its snapshot) is taken as it now is, not refused with `40001`. True unless
+    /// `default_transaction_isolation` is `repeatable read`.
+    pub(crate) fn statement_snapshots(&self) -> bool {
+        !self.repeatable_default.value
     }
 
     /// The transaction committed: its `SET`s stay, its `SET LOCAL`s end.
     pub(crate) fn committed(&mut self) {
-        for i in 0..TIME_SETTINGS.len() {
-            if let Some(v) = self.before_local[i].take() {
-                self.values[i] = v;
-            }
-            self.before_txn[i] = None;
-        }
+        self.limits.iter_mut().for_each(Tracked::committed);
+        self.repeatable_default.committed();
     }
 
     /// The transaction rolled back: everything it set is undone.
     pub(crate) fn rolled_back(&mut self) {
-        for i in 0..TIME_SETTINGS.len() {
-            if let Some(v) = self.before_txn[i].take() {
-                self.values[i] = v;
-            }
-            self.before_local[i] = None;
-        }
-    }
-
-    fn assign(&mut self, i: usize, value: Limit, local: bool) {
-        self.before_txn[i].get_or_insert(self.values[i]);
-        if local {
-            self.before_local[i].get_or_insert(self.values[i]);
-        } else {
-            self.before_local[i] = None;
-        }
-        self.values[i] = value;
+        self.limits.iter_mut().for_each(Tracked::rolled_back);
+        self.repeatable_default.rolled_back();
     }
 }
 
@@ -244,8 +279,18 @@ impl IdleLimits {
 impl Session {
     /// `SET [SESSION | LOCAL] name { = | TO } value`.
     pub(super) fn set(&mut self, set: &Set) -> Result<Output> {
-        if let Set::SetTransaction { modes, .. } = set {
+        if let Set::SetTransaction { modes, session, .. } = set {
             check_isolation(modes)?;
+            // `SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL ...` is
+            // `default_transaction_isolation`'s other spelling.
+            let level = modes.iter().rev().find_map(|m| match m {
+                TransactionMode::IsolationLevel(l) => Some(*l),
+                _ => None,
+            });
+            if let (true, Some(level)) = (*session, level) {
+                let repeatable = level == TransactionIsolationLevel::RepeatableRead;
+                self.assign_isolation(repeatable, false);
+            }
         }
         let Set::SingleAssignment {
             scope,
@@ -258,12 +303,27 @@ impl Session {
         };
         let name = parameter_name(variable.0.iter().filter_map(|p| p.as_ident()));
         check_settable(&name)?;
+        let local = matches!(scope, Some(ContextModifier::Local));
         if ISOLATION_SETTINGS
             .iter()
             .any(|s| name.eq_ignore_ascii_case(s))
         {
-            if let [v] = values.as_slice() {
-                check_isolation_value(&v.to_string())?;
+            let repeatable = match values.as_slice() {
+                [Expr::Identifier(id)] if id.value.eq_ignore_ascii_case("default") => {
+                    self.settings.repeatable_default.default
+                }
+                [v] => isolation_value(&name, &v.to_string())?,
+                _ => {
+                    return Err(SqlError::new(
+                        INVALID_PARAMETER_VALUE,
+                        format!("SET {name} takes only one argument"),
+                    ))
+                }
+            };
+            // `transaction_isolation` is the open transaction's own level: a block runs at
+            // REPEATABLE READ whatever it says, and outside one it ends with the statement.
+            if name.eq_ignore_ascii_case(ISOLATION_SETTINGS[0]) {
+                self.assign_isolation(repeatable, local);
             }
             return Ok(Output::Command("SET".into()));
         }
@@ -271,7 +331,7 @@ impl Session {
             return Ok(Output::Command("SET".into()));
         };
         let value = match values.as_slice() {
-            [v] => timeout_value(v, i, self.settings.defaults[i])?,
+            [v] => timeout_value(v, i, self.settings.limits[i].default)?,
             _ => {
                 return Err(SqlError::new(
                     INVALID_PARAMETER_VALUE,
@@ -279,13 +339,19 @@ impl Session {
                 ))
             }
         };
-        let local = matches!(scope, Some(ContextModifier::Local));
         // Outside a block the statement is its own transaction: SET LOCAL ends with it
         // (PostgreSQL warns and changes nothing).
         if !(local && self.status == Status::Idle) {
-            self.settings.assign(i, value, local);
+            self.settings.limits[i].assign(value, local);
         }
         Ok(Output::Command("SET".into()))
+    }
+
+    /// `default_transaction_isolation` set: `repeatable` for `repeatable read`.
+    fn assign_isolation(&mut self, repeatable: bool, local: bool) {
+        if !(local && self.status == Status::Idle) {
+            self.settings.repeatable_default.assign(repeatable, local);
+        }
     }
 
     /// `RESET name` / `RESET ALL` (`None`): back to the value the session started with.
@@ -294,20 +360,25 @@ impl Session {
         if let Some(n) = &name {
             check_settable(n)?;
         }
-        for (i, setting) in TIME_SETTINGS.iter().enumerate() {
-            if name
-                .as_deref()
+        let named = |setting: &str| {
+            name.as_deref()
                 .is_none_or(|n| n.eq_ignore_ascii_case(setting))
-            {
-                let v = self.settings.defaults[i];
-                self.settings.assign(i, v, false);
+        };
+        for (i, setting) in TIME_SETTINGS.iter().enumerate() {
+            if named(setting) {
+                let v = self.settings.limits[i].default;
+                self.settings.limits[i].assign(v, false);
             }
+        }
+        if named(ISOLATION_SETTINGS[0]) {
+            let v = self.settings.repeatable_default.default;
+            self.assign_isolation(v, false);
         }
         Ok(Output::Command("RESET".into()))
     }
 
-    /// `SHOW` of a time limit; `42704` for a name PostgreSQL does not know; `None` for any
-    /// other name (the caller decides).
+    /// `SHOW` of a time limit or an isolation level; `42704` for a name PostgreSQL does not
+    /// know; `None` for any other name (the caller decides).
     pub(super) fn show(&self, variable: &[Ident]) -> Option<Result<Output>> {
         let [name] = variable else { return None };
         let name = parameter_name([name]);
@@ -315,10 +386,27 @@ impl Session {
         if name != "all" && !name.contains('.') && known(&name).is_none() {
             return Some(Err(unrecognized(&name)));
         }
+        if let Some(n) = ISOLATION_SETTINGS
+            .iter()
+            .find(|s| name.eq_ignore_ascii_case(s))
+        {
+            // A block runs at REPEATABLE READ; a statement outside one at the default.
+            let repeatable = (n == &ISOLATION_SETTINGS[1] && self.status != Status::Idle)
+                || self.settings.repeatable_default.value;
+            let value = if repeatable {
+                "repeatable read"
+            } else {
+                "read committed"
+            };
+            return Some(Ok(Output::Show {
+                name: (*n).into(),
+                value: value.into(),
+            }));
+        }
         let i = time_setting(&name)?;
         Some(Ok(Output::Show {
             name: TIME_SETTINGS[i].into(),
-            value: show_timeout(self.settings.values[i]),
+            value: show_timeout(self.settings.limits[i].value),
         }))
     }
 
@@ -328,13 +416,15 @@ impl Session {
     pub fn startup_setting(&mut self, name: &str, value: &str) -> Result<()> {
         if let Some(i) = time_setting(name) {
             let v = parse_timeout(value, i)?;
-            self.settings.values[i] = v;
-            self.settings.defaults[i] = v;
+            self.settings.limits[i].start(v);
         } else if ISOLATION_SETTINGS
             .iter()
             .any(|s| name.eq_ignore_ascii_case(s))
         {
-            check_isolation_value(value)?;
+            let repeatable = isolation_value(name, value)?;
+            if name.eq_ignore_ascii_case(ISOLATION_SETTINGS[0]) {
+                self.settings.repeatable_default.start(repeatable);
+            }
         }
         Ok(())
     }
@@ -346,8 +436,7 @@ impl Session {
             (IDLE_IN_TRANSACTION, limits.in_transaction),
             (IDLE_SESSION, limits.session),
         ] {
-            self.settings.values[i] = v;
-            self.settings.defaults[i] = v;
+            self.settings.limits[i].start(v);
         }
     }
 
@@ -355,8 +444,8 @@ impl Session {
     /// settings say now.
     pub fn idle_limits(&self) -> IdleLimits {
         IdleLimits {
-            in_transaction: self.settings.values[IDLE_IN_TRANSACTION],
-            session: self.settings.values[IDLE_SESSION],
+            in_transaction: self.settings.limits[IDLE_IN_TRANSACTION].value,
+            session: self.settings.limits[IDLE_SESSION].value,
         }
     }
 
@@ -454,13 +543,23 @@ fn show_timeout(d: Limit) -> String {
     format!("{ms}ms")
 }
 
-/// A `default_transaction_isolation` value (`'serializable'`, `SERIALIZABLE`, quoted or not).
-fn check_isolation_value(value: &str) -> Result<()> {
+/// A value of the isolation setting `name` (`'repeatable read'`, `"read committed"`, quoted
+/// or not): whether it is REPEATABLE READ. PostgreSQL's `22023` for a level it does not have;
+/// SERIALIZABLE is refused (see [`check_isolation`]).
+fn isolation_value(name: &str, value: &str) -> Result<bool> {
     let v = value.trim().trim_matches(|c| c == '\'' || c == '"').trim();
-    if v.eq_ignore_ascii_case("serializable") {
-        return Err(serializable_refused());
+    match v.to_ascii_lowercase().as_str() {
+        "serializable" => Err(serializable_refused()),
+        "repeatable read" => Ok(true),
+        "read committed" | "read uncommitted" => Ok(false),
+        _ => Err(SqlError::new(
+            INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"{name}\": \"{v}\""),
+        )
+        .with_hint(
+            "Available values: serializable, repeatable read, read committed, read uncommitted.",
+        )),
     }
-    Ok(())
 }
 
 #[cfg(test)]
