@@ -141,10 +141,15 @@ enum Command {
         /// group-commit, sql); default: all.
         #[arg(long, value_delimiter = ',')]
         groups: Vec<String>,
+        /// Also run on stores at this URL, each a subject of its own named by it: a new store
+        /// under it for each workload group (`s3://bucket/prefix?simulate_latency_ms=20`
+        /// measures a bucket 20 ms away on a local emulator). May be given more than once.
+        #[arg(long = "store-url")]
+        store_urls: Vec<String>,
         /// Instead of the benchmark: run a fixed number of one `sql` group operation (commit,
         /// read, point or scan) on the in-memory model engine (or on a new store at
         /// `--profile-url`), untimed, for a profiler (see the README's "Benchmarks").
-        #[arg(long, conflicts_with_all = ["engines", "quick", "out", "groups"])]
+        #[arg(long, conflicts_with_all = ["engines", "quick", "out", "groups", "store_urls"])]
         profile: Option<benches::sql::Operation>,
         /// Where `--profile` sets up its tables: a URL of a store that does not exist yet
         /// (`sled:///tmp/p`, `file:///tmp/p`, ...); default: the in-memory model engine.
@@ -515,9 +520,10 @@ async fn run(command: Command, json: bool) -> CliResult {
             quick,
             out,
             groups,
+            store_urls,
             profile: None,
             ..
-        } => cmd::bench::run(engines, groups, quick, out, json).await,
+        } => cmd::bench::run(engines, store_urls, groups, quick, out, json).await,
         Command::Sql {
             url,
             sql,

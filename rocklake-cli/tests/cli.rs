@@ -332,6 +332,41 @@ fn bench_profile_runs_one_sql_operation_a_fixed_number_of_times() {
     assert!(!success && err.contains("cannot be used with"), "{err}");
 }
 
+/// `bench --store-url` adds a subject on the stores a URL names: each workload group gets a
+/// new store under it, the URL's options kept (here SlateDB's simulated latency, so the group
+/// commit of one committer waits at least that long); a word that is no URL is refused.
+#[test]
+fn bench_runs_on_stores_a_url_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/b?simulate_latency_ms=25", dir.path().display());
+    let out = ok(&[
+        "--json",
+        "bench",
+        "--quick",
+        "--engines",
+        "model",
+        "--groups",
+        "group-commit",
+        "--store-url",
+        &url,
+    ]);
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON document");
+    let rows = report["rows"].as_array().unwrap();
+    let ours: Vec<&serde_json::Value> = rows.iter().filter(|r| r["engine"] == url).collect();
+    assert!(!ours.is_empty(), "no row of {url}: {out}");
+    let model = rows.iter().filter(|r| r["engine"] == "model").count();
+    assert_eq!(ours.len(), model, "{out}");
+    for r in &ours {
+        let median = r["median_ns"].as_f64().unwrap();
+        assert!(median >= 25e6, "a durable commit 25 ms from its store: {r}");
+    }
+    // One new store per group, in a folder of this run's own, under the URL's path.
+    let runs: Vec<_> = std::fs::read_dir(dir.path().join("b")).unwrap().collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let (success, _, err) = rocklake(&["bench", "--store-url", "nowhere"]);
+    assert!(!success && err.contains("not a store URL"), "{err}");
+}
+
 /// A command's combined output under a real pseudo-terminal (`script`); `None` where the
 /// machine has no `script` (CI must have it).
 fn on_a_terminal(args: &[&str]) -> Option<String> {

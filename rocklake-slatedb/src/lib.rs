@@ -15,7 +15,10 @@
 //! [`DEFAULT_FLUSH_INTERVAL`]). Two more are read only by a [`SlateReader`] (a writer accepts
 //! and ignores them, so one URL serves both): `poll_ms=N`, how often the reader looks for new
 //! commits (default [`DEFAULT_POLL_INTERVAL`]), and `checkpoint=managed|none` (see
-//! [`SlateOptions::reader_checkpoint`]).
+//! [`SlateOptions::reader_checkpoint`]). `simulate_latency_ms=N` makes every request to the
+//! object store wait N ms first, as a remote bucket's round trip does (see
+//! [`SlateOptions::simulate_latency`]): for measuring what a real bucket would cost on a
+//! local folder or emulator, never for serving.
 //!
 //! # Reading beside a running writer
 //!
@@ -73,6 +76,7 @@ use slatedb::{CloseReason, Db, DbSnapshot, ErrorKind, IterationOrder};
 use slatedb_common::metrics::{DefaultMetricsRecorder, MetricValue};
 
 pub mod holder;
+pub mod latency;
 mod reader;
 
 pub use reader::{open_reader_url, SlateReader, DEFAULT_POLL_INTERVAL, GENERATION_LIFETIME};
@@ -166,6 +170,11 @@ pub struct SlateOptions {
     /// the reader's state still names; the next poll picks up the newer state). A writer
     /// ignores it.
     pub reader_checkpoint: bool,
+    /// URL option `simulate_latency_ms`: every request to the object store (each GET, PUT, LIST,
+    /// DELETE, copy and multipart part) waits this long before it is sent, as a round trip to a
+    /// remote bucket does (S3 answers a small request in about 10–30 ms; see [`latency`]). For
+    /// benchmarks on a local folder or emulator; `None` (the default) adds nothing.
+    pub simulate_latency: Option<Duration>,
     /// Writer only: open even when another live writer holds the store, fencing it on purpose
     /// (a standby taking over). Without it such an open is refused with [`Error::Locked`],
     /// naming the holder (see [`holder`]). A reader ignores it.
@@ -182,6 +191,7 @@ impl Default for SlateOptions {
             compactor_min_sources: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             reader_checkpoint: true,
+            simulate_latency: None,
             takeover: false,
         }
     }
@@ -207,6 +217,9 @@ pub fn parse_url(url: &str) -> Result<(Location, SlateOptions)> {
         match k.as_ref() {
             "flush_interval_ms" => options.flush_interval = millis_option(url, &k, &v)?,
             "poll_ms" => options.poll_interval = millis_option(url, &k, &v)?,
+            "simulate_latency_ms" => {
+                options.simulate_latency = Some(millis_option(url, &k, &v)?);
+            }
             "checkpoint" => {
                 options.reader_checkpoint = match v.as_ref() {
                     "managed" => true,
@@ -220,7 +233,7 @@ pub fn parse_url(url: &str) -> Result<(Location, SlateOptions)> {
             }
             other => {
                 return Err(Error::InvalidArgument(format!(
-                    "unknown option {other:?} in {url:?} (known: flush_interval_ms, poll_ms, checkpoint)"
+                    "unknown option {other:?} in {url:?} (known: flush_interval_ms, poll_ms, checkpoint, simulate_latency_ms)"
                 )))
             }
         }
@@ -297,6 +310,14 @@ pub fn object_store_for(location: &Location) -> Result<(Arc<dyn ObjectStore>, St
             Ok((Arc::new(store), path))
         }
     }
+}
+
+/// `store` as `options` has it reached: behind [`SlateOptions::simulate_latency`] when set.
+pub(crate) fn reached(store: Arc<dyn ObjectStore>, options: &SlateOptions) -> Arc<dyn ObjectStore> {
+    let Some(wait) = options.simulate_latency else {
+        return store;
+    };
+    latency::delayed(store, wait)
 }
 
 /// SlateDB's settings for a writer opened with `options`.
@@ -384,6 +405,7 @@ impl SlateEngine {
         options: SlateOptions,
     ) -> Result<SlateEngine> {
         let settings = writer_settings(&options);
+        let store = reached(store, &options);
         let held = !matches!(location, Location::Memory);
         let record = holder::record_path(&path);
         let shown = location.to_string();
@@ -687,8 +709,16 @@ mod tests {
         let (_, o) = parse_url("file:///tmp/x?poll_ms=250&checkpoint=none").unwrap();
         assert_eq!(o.poll_interval, Duration::from_millis(250));
         assert!(!o.reader_checkpoint);
+        assert_eq!(o.simulate_latency, None);
+        let (_, o) = parse_url("s3://b/p?simulate_latency_ms=20").unwrap();
+        assert_eq!(o.simulate_latency, Some(Duration::from_millis(20)));
         for (url, says) in [
             ("memory://?poll_ms=0", "poll_ms must be at least 1"),
+            (
+                "memory://?simulate_latency_ms=0",
+                "simulate_latency_ms must be at least 1",
+            ),
+            ("memory://?simulate_latency_ms=20ms", "is not a number"),
             ("memory://?poll_ms=soon", "is not a number"),
             (
                 "memory://?checkpoint=always",

@@ -168,6 +168,7 @@ impl SlateReader {
         url: String,
         options: SlateOptions,
     ) -> Result<SlateReader> {
+        let store = crate::reached(store, &options);
         let mode = if options.reader_checkpoint {
             DbReaderMode::ManagedCheckpoint
         } else {

@@ -143,3 +143,36 @@ async fn every_durable_commit_writes_a_wal_object_and_a_skipped_flush_is_caught(
         }
     }
 }
+
+/// `simulate_latency_ms` (a remote bucket's round trip, for benchmarks) puts every request
+/// behind that wait: a durable commit, which writes one WAL object and waits for it, takes at
+/// least as long; without the option the same commit on the same folder waits for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulated_latency_delays_every_durable_commit() {
+    use rocklake_core::backend::WriteBatch;
+    use rocklake_core::Durability;
+    use std::time::{Duration, Instant};
+
+    const WAIT: Duration = Duration::from_millis(60);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "file://{}?flush_interval_ms=3600000&simulate_latency_ms={}",
+        dir.path().display(),
+        WAIT.as_millis()
+    );
+    let backend = rocklake_slatedb::open_url(&url).await.unwrap();
+    let mut fastest = Duration::MAX;
+    for i in 0..5u8 {
+        let mut batch = WriteBatch::default();
+        batch.put(vec![0x40, i], vec![i]);
+        let started = Instant::now();
+        backend.write(batch, Durability::Durable).await.unwrap();
+        fastest = fastest.min(started.elapsed());
+    }
+    backend.close().await.unwrap();
+    eprintln!("the fastest of 5 durable commits behind {WAIT:?}: {fastest:?}");
+    assert!(
+        fastest >= WAIT,
+        "a durable commit took {fastest:?}, less than the {WAIT:?} each request waits"
+    );
+}

@@ -88,6 +88,34 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
     Ok(out)
 }
 
+/// A subject on the stores a URL names (`--store-url`): each workload group opens a new store
+/// under it, at `<url>/<this run>/<n>` with the URL's options kept.
+pub fn url_subject(url: &str) -> Result<Subject, Error> {
+    let (base, options) = match url.split_once('?') {
+        Some((b, o)) => (b.trim_end_matches('/').to_string(), format!("?{o}")),
+        None => (url.trim_end_matches('/').to_string(), String::new()),
+    };
+    if !base.contains("://") {
+        return Err(Error::InvalidArgument(format!(
+            "--store-url {url:?} is not a store URL (file:///path, s3://bucket/prefix, sled:///path, ...)"
+        )));
+    }
+    let run = format!(
+        "bench-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default()
+    );
+    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    Ok(subject(url, move |_| {
+        let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let at = format!("{base}/{run}/{n}{options}");
+        Box::pin(async move { Ok((rocklake::open(&at).await?, None)) })
+    }))
+}
+
 /// `--profile`: `operations` of one `sql` group operation on the model engine, or on the
 /// store `url` names (a fresh one), untimed (the set-up is not part of what a profiler
 /// collecting inside `benches::sql::profiled_operations` counts).
@@ -111,12 +139,16 @@ pub async fn profile(
 /// Run, print the markdown table, write JSON and SVG charts into `out_dir`.
 pub async fn run(
     engines: Vec<String>,
+    store_urls: Vec<String>,
     groups: Vec<String>,
     quick: bool,
     out_dir: Option<PathBuf>,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let subjects = subjects(&engines)?;
+    let mut subjects = subjects(&engines)?;
+    for url in &store_urls {
+        subjects.push(url_subject(url)?);
+    }
     let budget = if quick {
         Budget::quick()
     } else {
