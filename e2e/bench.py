@@ -1,12 +1,14 @@
 """DuckDB through a catalog, timed: PostgreSQL 15 and `rocklake serve` on each engine, side by side.
 
 usage: python bench.py --pg-dsn DSN --rocklake-bin PATH --engine slatedb [--engine sled ...]
-                       [--ext-dir DIR] [--rounds N] [--commits N] [--no-embedded] [--out FILE.md]
+                       [--store-url URL ...] [--ext-dir DIR] [--rounds N] [--commits N]
+                       [--no-embedded] [--out FILE.md]
 
 Each target gets a fresh catalog and data folder and one DuckDB connection; each operation is
 timed N times (after one untimed warm-up) and the table shows medians and the ratio to
 PostgreSQL. Targets: PostgreSQL, DuckLake's own SQLite-file and DuckDB-file catalogs (the
-embedded alternatives), and `rocklake serve` on each engine. Operations: a one-row INSERT
+embedded alternatives), and `rocklake serve` on each engine (and on a new store under each `--store-url`, e.g. SlateDB
+on `s3://` with `simulate_latency_ms`; the data files stay in a local folder). Operations: a one-row INSERT
 (inlined), a 1,000-row INSERT (a Parquet file), CREATE TABLE, a time-travel
 `count(*) AT (VERSION => n)`, a one-row UPDATE, a series of single-row commits (total time) and
 `count(*)` after it, and ATTACH of an existing catalog by a new DuckDB connection. The
@@ -98,6 +100,9 @@ def main():
     ap.add_argument("--pg-dsn", default=os.environ.get("ROCKLAKE_TEST_PG"))
     ap.add_argument("--rocklake-bin", required=True)
     ap.add_argument("--engine", action="append", default=[], choices=sorted(common.ENGINE_SCHEMES))
+    ap.add_argument("--store-url", action="append", default=[],
+                    help="also serve a new store under this URL (its options kept), e.g. "
+                         "s3://bucket/prefix?simulate_latency_ms=20 for a bucket 20 ms away")
     ap.add_argument("--ext-dir", default=common.DEFAULT_EXT_DIR)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--commits", type=int, default=100,
@@ -137,13 +142,20 @@ def main():
         results["DuckDB file"] = measure(
             f"ATTACH 'ducklake:{tmp}/catalog.ducklake' AS lake (DATA_PATH '{data('duckdb')}/')",
             a.ext_dir, a.rounds, a.commits)
-    for e in a.engine:
-        server = common.Server(a.rocklake_bin, common.engine_url(e, os.path.join(tmp, f"{e}-store")),
-                               os.path.join(tmp, f"{e}-serve.log"))
+    stores = [(f"RockLake {e}", e, common.engine_url(e, os.path.join(tmp, f"{e}-store")))
+              for e in a.engine]
+    for i, url in enumerate(a.store_url):
+        base, _, options = url.partition("?")
+        if "://" not in base:
+            raise SystemExit(f"--store-url {url!r} is not a store URL (s3://bucket/prefix, ...)")
+        under = f"{base.rstrip('/')}/bench-{uuid.uuid4().hex[:8]}" + (f"?{options}" if options else "")
+        stores.append((f"RockLake {url}", f"url{i}", under))
+    for name, key, url in stores:
+        server = common.Server(a.rocklake_bin, url, os.path.join(tmp, f"{key}-serve.log"))
         try:
             server.start()
-            results[f"RockLake {e}"] = measure(
-                f"ATTACH 'ducklake:postgres:{server.dsn()}' AS lake (DATA_PATH '{data(e)}/')",
+            results[name] = measure(
+                f"ATTACH 'ducklake:postgres:{server.dsn()}' AS lake (DATA_PATH '{data(key)}/')",
                 a.ext_dir, a.rounds, a.commits)
         finally:
             server.stop()

@@ -349,20 +349,23 @@ fn bench_runs_on_stores_a_url_names() {
         "group-commit",
         "--store-url",
         &url,
+        "--store-url",
+        &url,
     ]);
     let report: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON document");
     let rows = report["rows"].as_array().unwrap();
     let ours: Vec<&serde_json::Value> = rows.iter().filter(|r| r["engine"] == url).collect();
     assert!(!ours.is_empty(), "no row of {url}: {out}");
     let model = rows.iter().filter(|r| r["engine"] == "model").count();
-    assert_eq!(ours.len(), model, "{out}");
+    // The same URL twice: two subjects, each on stores of its own.
+    assert_eq!(ours.len(), 2 * model, "{out}");
     for r in &ours {
         let median = r["median_ns"].as_f64().unwrap();
         assert!(median >= 25e6, "a durable commit 25 ms from its store: {r}");
     }
-    // One new store per group, in a folder of this run's own, under the URL's path.
+    // New stores in a folder of each subject's own, under the URL's path.
     let runs: Vec<_> = std::fs::read_dir(dir.path().join("b")).unwrap().collect();
-    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs.len(), 2, "{runs:?}");
     let (success, _, err) = rocklake(&["bench", "--store-url", "nowhere"]);
     assert!(!success && err.contains("not a store URL"), "{err}");
 }

@@ -89,7 +89,7 @@ pub fn subjects(engines: &[String]) -> Result<Vec<Subject>, Error> {
 }
 
 /// A subject on the stores a URL names (`--store-url`): each workload group opens a new store
-/// under it, at `<url>/<this run>/<n>` with the URL's options kept.
+/// under it, at `<url>/<this subject of this run>/<n>` with the URL's options kept.
 pub fn url_subject(url: &str) -> Result<Subject, Error> {
     let (base, options) = match url.split_once('?') {
         Some((b, o)) => (b.trim_end_matches('/').to_string(), format!("?{o}")),
@@ -100,8 +100,11 @@ pub fn url_subject(url: &str) -> Result<Subject, Error> {
             "--store-url {url:?} is not a store URL (file:///path, s3://bucket/prefix, sled:///path, ...)"
         )));
     }
+    // Two subjects may name one place (with different options): each has its own folder.
+    static SUBJECTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = format!(
-        "bench-{}-{}",
+        "bench-{}-{}-{}",
+        SUBJECTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
