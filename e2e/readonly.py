@@ -23,15 +23,23 @@ the writer to the first new transaction on the reader that lists its snapshot (p
 sampled every 20 ms). The reader's poll interval bounds it (`--reader-poll-ms`, the URL's
 `poll_ms`): a poll, then the open of a new generation.
 
+It also prints how long a time travel (two `count(*)`s at one snapshot) takes on the reader
+and on the writer (medians), so `--store-url s3://bucket/prefix?simulate_latency_ms=20` (a new
+store under that URL instead of a local folder; the data files stay local) shows what a bucket
+20 ms away costs the reader.
+
 usage: python readonly.py --rocklake-bin PATH [--ext-dir DIR] [--load-seconds N] [--reader-poll-ms N]
+                          [--store-url URL]
 """
 import argparse
 import os
 import random
+import statistics
 import sys
 import tempfile
 import threading
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -50,14 +58,24 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--reader-poll-ms", type=int, default=None,
                     help="the reader's poll interval (its URL's poll_ms; default 1000)")
+    ap.add_argument("--store-url", default=None,
+                    help="a new SlateDB store under this URL (its options kept) instead of a "
+                         "local folder, e.g. s3://bucket/prefix?simulate_latency_ms=20")
     a = ap.parse_args()
     common.exit_on_sigterm()
     common.ensure_extensions(a.ext_dir)
     tmp = tempfile.mkdtemp(prefix="rocklake-readonly-")
-    url = common.engine_url("slatedb", os.path.join(tmp, "store"))
+    if a.store_url:
+        base, _, options = a.store_url.partition("?")
+        if "://" not in base:
+            raise SystemExit(f"--store-url {a.store_url!r} is not a store URL (s3://bucket/prefix, ...)")
+        url = f"{base.rstrip('/')}/readonly-{uuid.uuid4().hex[:8]}" + (f"?{options}" if options else "")
+    else:
+        url = common.engine_url("slatedb", os.path.join(tmp, "store"))
     data = os.path.join(tmp, "data")
     writer = common.Server(a.rocklake_bin, url, os.path.join(tmp, "writer.log"))
-    reader_url = url if a.reader_poll_ms is None else f"{url}?poll_ms={a.reader_poll_ms}"
+    joiner = "&" if "?" in url else "?"
+    reader_url = url if a.reader_poll_ms is None else f"{url}{joiner}poll_ms={a.reader_poll_ms}"
     reader = common.Server(a.rocklake_bin, reader_url, os.path.join(tmp, "reader.log"),
                            extra_args=["--read-only"])
     problems = []
@@ -166,11 +184,16 @@ def under_load(writer, reader, data, a):
     # The table of the first phase (tables created after the reader started are checked there).
     created = w.execute("SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
 
-    def state_at(con, version=None):
+    took = {"reader": [], "writer": []}  # seconds of each time travel (state_at with a version)
+
+    def state_at(con, version=None, who=None):
         at = "" if version is None else f" AT (VERSION => {version})"
+        started = time.monotonic()
         row = con.execute(f"SELECT count(*), coalesce(sum(i), 0) FROM lake.t{at}").fetchone()
         even = con.execute(
             f"SELECT count(*) FROM lake.t{at} WHERE i % 2 = 0").fetchone()[0]
+        if who is not None:
+            took[who].append(time.monotonic() - started)
         return (row[0], row[1], even)
 
     states[created] = state_at(w, created)
@@ -185,7 +208,7 @@ def under_load(writer, reader, data, a):
                 acked = time.monotonic()
                 snap = w.execute(
                     "SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
-                st = state_at(w, snap)
+                st = state_at(w, snap, "writer")
                 with lock:
                     states[snap] = st
                     acked_at[snap] = acked
@@ -251,7 +274,7 @@ def under_load(writer, reader, data, a):
             version = rng.choice(known[-6:])
             with lock:
                 want = states[version]
-            got = state_at(r, version)
+            got = state_at(r, version, "reader")
             now = state_at(r)
             r.execute("COMMIT")
         except Exception as e:  # noqa: BLE001
@@ -296,6 +319,10 @@ def under_load(writer, reader, data, a):
               f"{a.reader_poll_ms or 1000} ms)")
     else:
         problems.append("the staleness probe saw no commit of the writer on the reader")
+    for who, times in took.items():
+        if times:
+            print(f"reader under load: a time travel (two count(*)s at one snapshot) on the {who}: "
+                  f"median {statistics.median(times) * 1000:.1f} ms over {len(times)}")
     print(f"reader under load: {len(states)} commits, expired below snapshot {kept_from[0]}; "
           f"reader: {travels} time travels and {latest} latest reads compared, {refused} travels "
           f"to an expired snapshot refused, {lagging} rounds behind the writer's last expiry")

@@ -209,7 +209,8 @@ fn sigkill_during_commits_keeps_exactly_the_reported_commits() {
 }
 
 /// And for 10 s under a writer that commits, expires and cleans up (the reader polling every
-/// 100 ms): every transaction on the reader reads one state of the catalog (#22 item 10).
+/// 100 ms): every transaction on the reader reads one state of the catalog (#22 item 10). On a
+/// local folder, then on the S3 emulator.
 #[test]
 fn a_read_only_server_beside_the_writer_never_fences_it() {
     let Some(env) = env() else { return };
@@ -229,6 +230,13 @@ fn a_read_only_server_beside_the_writer_never_fences_it() {
         "100".to_string(),
     ];
     run(&env, "readonly.py", &args);
+    // The same with writer and reader on the S3 emulator (separate processes, each with its
+    // own caches, as on two machines), where it runs (CI has it).
+    if let Some(prefix) = s3_prefix("readonly") {
+        let mut on_s3 = args.clone();
+        on_s3.extend(["--store-url".to_string(), prefix]);
+        run(&env, "readonly.py", &on_s3);
+    }
 }
 
 /// A lake built on PostgreSQL, imported into each engine, served, exported back: DuckDB reads
