@@ -23,13 +23,16 @@ the writer to the first new transaction on the reader that lists its snapshot (p
 sampled every 20 ms). The reader's poll interval bounds it (`--reader-poll-ms`, the URL's
 `poll_ms`): a poll, then the open of a new generation.
 
+With --readers N, N read-only servers (separate processes, each with its own caches, as on N
+machines) serve the catalog under that load, each read as above and probed for its staleness.
+
 It also prints how long a time travel (two `count(*)`s at one snapshot) takes on the reader
 and on the writer (medians), so `--store-url s3://bucket/prefix?simulate_latency_ms=20` (a new
 store under that URL instead of a local folder; the data files stay local) shows what a bucket
 20 ms away costs the reader.
 
 usage: python readonly.py --rocklake-bin PATH [--ext-dir DIR] [--load-seconds N] [--reader-poll-ms N]
-                          [--store-url URL]
+                          [--store-url URL] [--readers N]
 """
 import argparse
 import os
@@ -61,7 +64,12 @@ def main():
     ap.add_argument("--store-url", default=None,
                     help="a new SlateDB store under this URL (its options kept) instead of a "
                          "local folder, e.g. s3://bucket/prefix?simulate_latency_ms=20")
+    ap.add_argument("--readers", type=int, default=1,
+                    help="read-only servers under load (separate processes; the first phase "
+                         "uses the first)")
     a = ap.parse_args()
+    if a.readers < 1:
+        raise SystemExit("--readers must be at least 1")
     common.exit_on_sigterm()
     common.ensure_extensions(a.ext_dir)
     tmp = tempfile.mkdtemp(prefix="rocklake-readonly-")
@@ -76,8 +84,9 @@ def main():
     writer = common.Server(a.rocklake_bin, url, os.path.join(tmp, "writer.log"))
     joiner = "&" if "?" in url else "?"
     reader_url = url if a.reader_poll_ms is None else f"{url}{joiner}poll_ms={a.reader_poll_ms}"
-    reader = common.Server(a.rocklake_bin, reader_url, os.path.join(tmp, "reader.log"),
-                           extra_args=["--read-only"])
+    readers = [common.Server(a.rocklake_bin, reader_url, os.path.join(tmp, f"reader-{i}.log"),
+                             extra_args=["--read-only"]) for i in range(a.readers)]
+    reader = readers[0]
     problems = []
     try:
         writer.start()
@@ -154,9 +163,12 @@ def main():
             problems.append(f"the writer reads {final} at the end")
         w.close()
         if a.load_seconds > 0:
-            problems += under_load(writer, reader, data, a)
+            for other in readers[1:]:
+                other.start()
+            problems += under_load(writer, readers, data, a)
     finally:
-        reader.stop()
+        for r in readers:
+            r.stop()
         writer.stop()
     for p in problems:
         print(f"PROBLEM: {p}")
@@ -166,16 +178,15 @@ def main():
     sys.exit(1 if problems else 0)
 
 
-def under_load(writer, reader, data, a):
-    """The reader while the writer commits, expires and cleans up (see the module's docs)."""
+def under_load(writer, readers, data, a):
+    """The readers while the writer commits, expires and cleans up (see the module's docs)."""
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
-    rng = random.Random(seed)
     print(f"reader under load: {a.load_seconds:.0f} s, seed {seed} (--seed replays the reader's choices)")
     problems = []
     lock = threading.Lock()
     states = {}  # snapshot id -> (count, sum, even count) as the writer read it there
     acked_at = {}  # snapshot id -> when the writer's INSERT returned (time.monotonic())
-    first_seen = {}  # snapshot id -> when the probe first saw it on the reader
+    first_seen = [{} for _ in readers]  # per reader: snapshot id -> when its probe first saw it
     kept_from = [0]  # the writer expired every snapshot below this one
     expiring_from = [0]  # ... or is expiring them now
     stop = threading.Event()
@@ -184,7 +195,7 @@ def under_load(writer, reader, data, a):
     # The table of the first phase (tables created after the reader started are checked there).
     created = w.execute("SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
 
-    took = {"reader": [], "writer": []}  # seconds of each time travel (state_at with a version)
+    took = {"readers": [], "writer": []}  # seconds of each time travel (state_at with a version)
 
     def state_at(con, version=None, who=None):
         at = "" if version is None else f" AT (VERSION => {version})"
@@ -229,7 +240,7 @@ def under_load(writer, reader, data, a):
         finally:
             stop.set()
 
-    def probe():
+    def probe(reader, first_seen):
         # Staleness: from a commit's acknowledgement on the writer to the first time a new
         # transaction on the reader lists its snapshot (sampled every 20 ms).
         p = connect(a.ext_dir)
@@ -249,85 +260,119 @@ def under_load(writer, reader, data, a):
         finally:
             p.close()
 
+    def reading(i, reader, deadline, counts):
+        """Reader i's loop: time travel to a kept snapshot and the latest state, one DuckDB
+        transaction each, compared with what the writer read there."""
+        rng_i = random.Random(seed + i)
+        r = connect(a.ext_dir)
+        r.execute(f"ATTACH 'ducklake:postgres:{reader.dsn()}' AS lake (DATA_PATH '{data}/', READ_ONLY)")
+        travels = latest = refused = lagging = 0
+        name = f"reader {i}" if len(readers) > 1 else "the reader"
+        while time.monotonic() < deadline and not stop.is_set():
+            version = seen = None
+            try:
+                r.execute("BEGIN")
+                # The newest snapshot the reader sees (it trails the writer by up to its poll).
+                seen = r.execute(
+                    "SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
+                with lock:
+                    known = [v for v in sorted(states) if kept_from[0] <= v <= seen]
+                    want_now = states.get(seen)
+                if not known:
+                    r.execute("COMMIT")
+                    lagging += 1
+                    time.sleep(0.05)
+                    continue
+                version = rng_i.choice(known[-6:])
+                with lock:
+                    want = states[version]
+                got = state_at(r, version, "readers")
+                now = state_at(r)
+                r.execute("COMMIT")
+            except Exception as e:  # noqa: BLE001
+                try:
+                    r.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001
+                    pass
+                with lock:
+                    expired = version is not None and version < expiring_from[0]
+                msg = str(e).splitlines()[0][:200]
+                if expired:
+                    refused += 1
+                    continue
+                problems.append(f"time travel to snapshot {version} (kept, {name}'s newest "
+                                f"{seen}) failed on {name}: {msg}")
+                break
+            travels += 1
+            if got != want:
+                problems.append(f"time travel to snapshot {version}: {name} read {got}, "
+                                f"the writer read {want} there")
+                break
+            # The latest state is the state of the reader's newest snapshot, never a mix of
+            # two (a snapshot the writer has not recorded yet is skipped).
+            if want_now is not None:
+                latest += 1
+                if now != want_now:
+                    problems.append(f"{name}'s latest state {now} at its newest snapshot {seen} "
+                                    f"is not the writer's {want_now} there (a mix of two versions?)")
+                    break
+        r.close()
+        counts[i] = (travels, latest, refused, lagging)
+
     t = threading.Thread(target=write, daemon=True)
     t.start()
-    pt = threading.Thread(target=probe, daemon=True)
-    pt.start()
-    r = connect(a.ext_dir)
-    r.execute(f"ATTACH 'ducklake:postgres:{reader.dsn()}' AS lake (DATA_PATH '{data}/', READ_ONLY)")
+    probes = [threading.Thread(target=probe, args=(rd, first_seen[i]), daemon=True)
+              for i, rd in enumerate(readers)]
+    for pt in probes:
+        pt.start()
     deadline = time.monotonic() + a.load_seconds
-    travels = latest = refused = 0
-    lagging = 0
-    while time.monotonic() < deadline and not stop.is_set():
-        try:
-            r.execute("BEGIN")
-            # The newest snapshot the reader sees (it trails the writer by up to its poll).
-            seen = r.execute("SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
-            with lock:
-                known = [v for v in sorted(states) if kept_from[0] <= v <= seen]
-                want_now = states.get(seen)
-            if not known:
-                r.execute("COMMIT")
-                lagging += 1
-                time.sleep(0.05)
-                continue
-            version = rng.choice(known[-6:])
-            with lock:
-                want = states[version]
-            got = state_at(r, version, "reader")
-            now = state_at(r)
-            r.execute("COMMIT")
-        except Exception as e:  # noqa: BLE001
-            try:
-                r.execute("ROLLBACK")
-            except Exception:  # noqa: BLE001
-                pass
-            with lock:
-                expired = version < expiring_from[0]
-            msg = str(e).splitlines()[0][:200]
-            if expired:
-                refused += 1
-                continue
-            problems.append(f"time travel to snapshot {version} (kept, the reader's newest "
-                            f"{seen}) failed on the reader: {msg}")
-            break
-        travels += 1
-        if got != want:
-            problems.append(f"time travel to snapshot {version}: reader read {got}, "
-                            f"the writer read {want} there")
-            break
-        # The latest state is the state of the reader's newest snapshot, never a mix of two
-        # (a snapshot the writer has not recorded yet is skipped).
-        if want_now is not None:
-            latest += 1
-            if now != want_now:
-                problems.append(f"the reader's latest state {now} at its newest snapshot {seen} "
-                                f"is not the writer's {want_now} there (a mix of two versions?)")
-                break
+    counts = [(0, 0, 0, 0)] * len(readers)
+    rts = [threading.Thread(target=reading, args=(i, rd, deadline, counts), daemon=True)
+           for i, rd in enumerate(readers)]
+    for rt in rts:
+        rt.start()
+    for rt in rts:
+        rt.join(timeout=a.load_seconds + 120)
     stop.set()
     t.join(timeout=30)
-    pt.join(timeout=30)
+    for pt in probes:
+        pt.join(timeout=30)
     w.close()
-    r.close()
-    lags = sorted(first_seen[v] - acked_at[v] for v in first_seen if v in acked_at)
-    if lags:
-        def pct(q):
-            return lags[min(len(lags) - 1, int(q * len(lags)))] * 1000
+
+    def pct(lags, q):
+        return lags[min(len(lags) - 1, int(q * len(lags)))] * 1000
+
+    every = []
+    for i, seen_at in enumerate(first_seen):
+        lags = sorted(seen_at[v] - acked_at[v] for v in seen_at if v in acked_at)
+        every += lags
+        name = f"reader {i}" if len(readers) > 1 else "the reader"
+        if not lags:
+            problems.append(f"the staleness probe saw no commit of the writer on {name}")
+        elif len(readers) > 1:
+            print(f"reader under load: {name}: staleness p50 {pct(lags, 0.5):.0f} ms, "
+                  f"p99 {pct(lags, 0.99):.0f} ms over {len(lags)} commits")
+    if every:
+        every.sort()
         print(f"reader under load: staleness (writer's acknowledgement to the reader listing the "
-              f"snapshot, {len(lags)} commits, 20 ms sampling): p50 {pct(0.5):.0f} ms, "
-              f"p99 {pct(0.99):.0f} ms, max {lags[-1] * 1000:.0f} ms (poll interval "
-              f"{a.reader_poll_ms or 1000} ms)")
-    else:
-        problems.append("the staleness probe saw no commit of the writer on the reader")
+              f"snapshot, {len(every)} commits on {len(readers)} reader(s), 20 ms sampling): "
+              f"p50 {pct(every, 0.5):.0f} ms, p99 {pct(every, 0.99):.0f} ms, max "
+              f"{every[-1] * 1000:.0f} ms (poll interval {a.reader_poll_ms or 1000} ms)")
     for who, times in took.items():
         if times:
             print(f"reader under load: a time travel (two count(*)s at one snapshot) on the {who}: "
                   f"median {statistics.median(times) * 1000:.1f} ms over {len(times)}")
+    travels = sum(c[0] for c in counts)
+    latest = sum(c[1] for c in counts)
+    refused = sum(c[2] for c in counts)
+    lagging = sum(c[3] for c in counts)
     print(f"reader under load: {len(states)} commits, expired below snapshot {kept_from[0]}; "
-          f"reader: {travels} time travels and {latest} latest reads compared, {refused} travels "
+          f"{len(readers)} reader(s): {travels} time travels and {latest} latest reads compared "
+          f"({', '.join(str(c[0]) for c in counts)} time travels each), {refused} travels "
           f"to an expired snapshot refused, {lagging} rounds behind the writer's last expiry")
-    if travels < 20:
-        problems.append(f"only {travels} time travels compared under load")
+    for i, c in enumerate(counts):
+        if c[0] < max(5, 20 // len(readers)):
+            problems.append(f"only {c[0]} time travels compared on reader {i} under load")
     if kept_from[0] == 0:
         problems.append("the writer never expired a snapshot under load")
     return problems

@@ -76,7 +76,7 @@ use slatedb::{CloseReason, Db, DbSnapshot, ErrorKind, IterationOrder};
 use slatedb_common::metrics::{DefaultMetricsRecorder, MetricValue};
 
 pub mod holder;
-pub mod latency;
+pub mod layer;
 mod reader;
 
 pub use reader::{open_reader_url, SlateReader, DEFAULT_POLL_INTERVAL, GENERATION_LIFETIME};
@@ -172,7 +172,7 @@ pub struct SlateOptions {
     pub reader_checkpoint: bool,
     /// URL option `simulate_latency_ms`: every request to the object store (each GET, PUT, LIST,
     /// DELETE, copy and multipart part) waits this long before it is sent, as a round trip to a
-    /// remote bucket does (S3 answers a small request in about 10–30 ms; see [`latency`]). For
+    /// remote bucket does (S3 answers a small request in about 10–30 ms; see [`layer`]). For
     /// benchmarks on a local folder or emulator; `None` (the default) adds nothing.
     pub simulate_latency: Option<Duration>,
     /// Writer only: open even when another live writer holds the store, fencing it on purpose
@@ -317,7 +317,7 @@ pub(crate) fn reached(store: Arc<dyn ObjectStore>, options: &SlateOptions) -> Ar
     let Some(wait) = options.simulate_latency else {
         return store;
     };
-    latency::delayed(store, wait)
+    layer::delayed(store, wait)
 }
 
 /// SlateDB's settings for a writer opened with `options`.

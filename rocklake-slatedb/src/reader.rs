@@ -27,6 +27,7 @@ use rocklake_core::{KvBackend, WriteBatch};
 use slatedb::config::DbReaderOptions;
 use slatedb::{DbReader, DbReaderMode};
 
+use crate::layer::{watched, ListWatch};
 use crate::{bounds, map_err, object_store_for, parse_url, scan_iter, scan_options};
 use crate::{Location, SlateOptions};
 
@@ -105,12 +106,19 @@ pub struct SlateReader {
 /// point-in-time for at least this long.
 pub const GENERATION_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
-/// How long a new generation settles before views may take it. A `DbReader` polls once as it
-/// starts (SlateDB's poll ticker fires at once, on its own task, after the open returns); a
-/// commit that lands between the open and that poll would change the generation under a view
-/// taken in between. A generation whose replayed sequence number moved after it was published
-/// (that poll came later still) is replaced at the next poll.
-const SETTLE: Duration = Duration::from_millis(250);
+/// How long a new generation waits for its `DbReader`'s first poll before views may take it.
+/// A `DbReader` polls once as it starts (SlateDB's poll ticker fires at once, on its own task,
+/// after the open returns); a commit whose WAL object lands between the open and that poll
+/// would change the generation under a view taken in between, so a generation is published
+/// only once that poll has listed the WAL (seen through [`crate::layer::ListWatch`]) and, when
+/// it found an object the open had not read, has replayed it. Past this bound (a poll that
+/// never lists, an object store that does not answer) it is published anyway; one whose
+/// replayed sequence number moved after that is replaced at the next poll.
+const FIRST_POLL: Duration = Duration::from_secs(5);
+
+/// How long a generation waits for its first poll to replay a WAL object it found (its
+/// sequence number to move) before it is published anyway.
+const REPLAY: Duration = Duration::from_secs(2);
 
 struct Inner {
     /// The generation new views take.
@@ -230,15 +238,47 @@ impl Generation {
         options: &DbReaderOptions,
         url: &str,
     ) -> Result<Generation> {
-        let newest_wal = newest_wal_after(store, path, None, url).await?;
-        let reader = DbReader::builder(path.to_string(), store.clone())
+        let listed = newest_wal_after(store, path, None, url).await?;
+        let wal = ListWatch::new(format!("{path}/wal"));
+        let reader = DbReader::builder(path.to_string(), watched(store.clone(), wal.clone()))
             .with_options(options.clone())
             .with_reader_mode(mode)
             .build()
             .await
             .map_err(|e| map_err(&format!("opening {url} for reading"), e))?;
-        // Its first poll (see [`SETTLE`]) is behind it before a view takes it.
-        tokio::time::sleep(SETTLE).await;
+        // What the open read of the WAL; then its first poll (see [`FIRST_POLL`]) is behind
+        // it before a view takes it.
+        let opened = wal.seen();
+        let read = opened
+            .ended
+            .iter()
+            .filter_map(|(_, newest)| newest.clone())
+            .max()
+            .max(listed);
+        let seq_opened = reader.status().durable_seq;
+        let newest_wal = match wal.next_after(opened.begun, FIRST_POLL).await {
+            Some(found) if found > read => {
+                // It found a WAL object the open had not read: wait for it to be replayed
+                // (the sequence number moves just before the new state is installed).
+                let until = tokio::time::Instant::now() + REPLAY;
+                while reader.status().durable_seq == seq_opened {
+                    if tokio::time::Instant::now() >= until {
+                        tracing::debug!(%url, "a reader generation's first poll found a WAL \
+                            object whose replay was not seen in time; publishing it");
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                found
+            }
+            Some(_) => read,
+            None => {
+                tracing::warn!(%url, "a reader generation's first poll did not list the WAL in \
+                    time; publishing it");
+                read
+            }
+        };
         let seq = reader.status().durable_seq;
         Ok(Generation {
             reader,
@@ -247,7 +287,7 @@ impl Generation {
         })
     }
 
-    /// Whether its state moved after it was published (its first poll came after [`SETTLE`]).
+    /// Whether its state moved after it was published (see [`FIRST_POLL`]).
     fn moved(&self) -> bool {
         self.reader.status().durable_seq != self.seq
     }

@@ -325,6 +325,83 @@ async fn a_view_keeps_the_state_it_was_taken_at_while_the_reader_follows() {
     writer.close().await.unwrap();
 }
 
+/// A new generation is taken by views only once its `DbReader`'s first poll is behind it: a
+/// commit whose WAL object lands between the generation's open and that poll must not show up
+/// inside a view taken in between. The reader's store is 100 ms away (`simulate_latency_ms`),
+/// so the poll comes long after the open, while the writer commits every 100 ms; each view
+/// reads a counter, waits past the poll and reads it again. Before the generation waited for
+/// its poll (a fixed 250 ms), the second read saw a later commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_taken_from_a_new_generation_does_not_move_at_its_first_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url_of(dir.path());
+    let writer = open_url(&format!("{url}?flush_interval_ms=3600000"))
+        .await
+        .unwrap();
+    let counter = |n: u64| {
+        let mut b = WriteBatch::new();
+        b.put(
+            Bytes::from_static(b"\x01n"),
+            Bytes::from(n.to_be_bytes().to_vec()),
+        );
+        b
+    };
+    writer.write(counter(0), Durability::Durable).await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let committing = {
+        let (writer, stop) = (writer.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                writer.write(counter(n), Durability::Durable).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            n
+        })
+    };
+    let reader = open_reader_url(&format!("{url}?poll_ms=50&simulate_latency_ms=100"))
+        .await
+        .unwrap();
+    let read = |v: &Arc<dyn ReadView>| {
+        let v = v.clone();
+        async move { v.get(b"\x01n").await.unwrap() }
+    };
+    let mut views = 0;
+    let began = Instant::now();
+    let mut generation = reader.generations();
+    while views < 3 {
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "only {views} new generations in 120 s"
+        );
+        // A view of a generation just published.
+        if reader.generations() == generation {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        }
+        generation = reader.generations();
+        let view = reader.view().await.unwrap();
+        let first = read(&view).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let again = read(&view).await;
+        assert_eq!(
+            first, again,
+            "a view of generation {generation} read the counter at {first:?}, then at {again:?}"
+        );
+        views += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let commits = committing.await.unwrap();
+    eprintln!(
+        "{views} views of new generations held still over 1.5 s each, while the writer made \
+         {commits} commits; {} generations",
+        reader.generations()
+    );
+    reader.close().await.unwrap();
+    writer.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_reader_refuses_memory_and_locations_without_a_catalog() {
     let e = open_reader_url("memory://").await.unwrap_err();
