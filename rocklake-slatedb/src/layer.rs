@@ -6,13 +6,14 @@
 //!   `object_store`'s own `ThrottledStore` does this for remote stores, but answers a GET of a
 //!   local folder's file (a `File` payload) with a panic, and waits once per object of a batch
 //!   delete; this layer waits once per request and hands every answer on untouched.
-//! - A watch on the listings of one folder ([`ListWatch`]): which objects each listing found,
-//!   once it has been read to its end. A reader generation (see `reader`) learns from it when
-//!   its `DbReader`'s first poll has looked at the WAL, and what it found there.
+//! - A watch on the reads of one folder ([`ReadWatch`]): which object each GET or HEAD asked
+//!   for, and whether it was there. A reader generation (see `reader`) learns from it when its
+//!   `DbReader`'s first poll has looked for a WAL object after the ones it read, and whether
+//!   it found one.
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,105 +30,101 @@ pub fn delayed(inner: Arc<dyn ObjectStore>, wait: Duration) -> Arc<dyn ObjectSto
     Arc::new(Layer {
         inner,
         wait,
-        lists: None,
+        reads: None,
     })
 }
 
-/// `inner` with its listings of `watch`'s folder told to `watch`.
-pub(crate) fn watched(inner: Arc<dyn ObjectStore>, watch: Arc<ListWatch>) -> Arc<dyn ObjectStore> {
+/// `inner` with its reads of `watch`'s folder told to `watch`.
+pub(crate) fn watched(inner: Arc<dyn ObjectStore>, watch: Arc<ReadWatch>) -> Arc<dyn ObjectStore> {
     Arc::new(Layer {
         inner,
         wait: Duration::ZERO,
-        lists: Some(watch),
+        reads: Some(watch),
     })
 }
 
-/// The listings of one folder through a [`watched`] store: how many began, and for each that
-/// was read to its end, the newest (greatest) name it found.
+/// The reads (GET and HEAD) of objects in one folder through a [`watched`] store: each one's
+/// object as it began, and whether it found the object once it was answered.
 #[derive(Debug)]
-pub(crate) struct ListWatch {
+pub(crate) struct ReadWatch {
+    /// The folder's path and a `/`.
     folder: String,
-    listings: tokio::sync::watch::Sender<Listings>,
+    reads: tokio::sync::watch::Sender<Reads>,
 }
 
-/// What a [`ListWatch`] has seen.
+/// What a [`ReadWatch`] has seen.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Listings {
-    /// Listings begun.
-    pub(crate) begun: u64,
-    /// Listings read to their end: the number each had when it began (counting from 1), and
-    /// the greatest name it found.
-    pub(crate) ended: Vec<(u64, Option<Path>)>,
+pub(crate) struct Reads {
+    /// Each read's object, in the order they began.
+    pub(crate) begun: Vec<Path>,
+    /// The reads answered: the index of each in `begun`, and whether it found its object
+    /// (`false` for not found; other errors are not counted).
+    pub(crate) answered: Vec<(usize, bool)>,
 }
 
-impl ListWatch {
-    /// A watch on the listings of `folder` (an object-store path, e.g. `catalog/wal`).
-    pub(crate) fn new(folder: String) -> Arc<ListWatch> {
-        Arc::new(ListWatch {
-            folder,
-            listings: tokio::sync::watch::channel(Listings::default()).0,
+impl Reads {
+    /// Whether read `i` was answered, and whether it found its object.
+    pub(crate) fn answer(&self, i: usize) -> Option<bool> {
+        self.answered
+            .iter()
+            .find(|(j, _)| *j == i)
+            .map(|(_, found)| *found)
+    }
+}
+
+impl ReadWatch {
+    /// A watch on the reads of the objects in `folder` (an object-store path, e.g.
+    /// `catalog/wal`).
+    pub(crate) fn new(folder: &str) -> Arc<ReadWatch> {
+        Arc::new(ReadWatch {
+            folder: format!("{folder}/"),
+            reads: tokio::sync::watch::channel(Reads::default()).0,
         })
     }
 
     /// What it has seen so far.
-    pub(crate) fn seen(&self) -> Listings {
-        self.listings.borrow().clone()
+    pub(crate) fn seen(&self) -> Reads {
+        self.reads.borrow().clone()
     }
 
-    /// The first listing begun after the first `begun` that is read to its end, within
-    /// `within`: the greatest name it found (`Some(None)` for an empty folder). `None` when
-    /// none ended in time.
-    pub(crate) async fn next_after(&self, begun: u64, within: Duration) -> Option<Option<Path>> {
-        let mut rx = self.listings.subscribe();
-        let ended = tokio::time::timeout(
-            within,
-            rx.wait_for(|l| l.ended.iter().any(|(n, _)| *n > begun)),
-        )
-        .await
-        .ok()?
-        .ok()?;
-        ended
-            .ended
-            .iter()
-            .find(|(n, _)| *n > begun)
-            .map(|(_, newest)| newest.clone())
+    /// Wait up to `within` until `done` holds of what it has seen: what it has seen then, or
+    /// `None` when `done` did not come to hold in time.
+    pub(crate) async fn until(
+        &self,
+        within: Duration,
+        done: impl FnMut(&Reads) -> bool,
+    ) -> Option<Reads> {
+        let mut rx = self.reads.subscribe();
+        let seen = tokio::time::timeout(within, rx.wait_for(done))
+            .await
+            .ok()?
+            .ok()?
+            .clone();
+        Some(seen)
     }
 
-    fn watches(&self, prefix: Option<&Path>) -> bool {
-        prefix.is_some_and(|p| p.as_ref() == self.folder)
-    }
-
-    /// A listing of the folder: counted as it begins, its greatest name recorded at its end.
-    fn listing(
-        self: &Arc<Self>,
-        s: BoxStream<'static, object_store::Result<ObjectMeta>>,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let mut number = 0;
-        self.listings.send_modify(|l| {
-            l.begun += 1;
-            number = l.begun;
+    /// A read of `location` about to begin: its index, when it is in the folder.
+    fn begin(&self, location: &Path) -> Option<usize> {
+        if !location.as_ref().starts_with(&self.folder) {
+            return None;
+        }
+        let mut i = 0;
+        self.reads.send_modify(|r| {
+            i = r.begun.len();
+            r.begun.push(location.clone());
         });
-        let newest: Arc<Mutex<Option<Path>>> = Arc::default();
-        let found = newest.clone();
-        let watch = self.clone();
-        let end = futures::stream::once(async move {
-            let newest = found.lock().unwrap_or_else(|e| e.into_inner()).take();
-            watch
-                .listings
-                .send_modify(|l| l.ended.push((number, newest)));
-            None
-        })
-        .filter_map(|x: Option<object_store::Result<ObjectMeta>>| async move { x });
-        s.inspect(move |m| {
-            if let Ok(m) = m {
-                let mut n = newest.lock().unwrap_or_else(|e| e.into_inner());
-                if n.as_ref().is_none_or(|p| m.location > *p) {
-                    *n = Some(m.location.clone());
-                }
-            }
-        })
-        .chain(end)
-        .boxed()
+        Some(i)
+    }
+
+    fn answered<T>(&self, i: Option<usize>, answer: &object_store::Result<T>) {
+        let found = match answer {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(_) => return,
+        };
+        if let Some(i) = i {
+            self.reads.send_modify(|r| r.answered.push((i, found)));
+        }
     }
 }
 
@@ -136,7 +133,7 @@ struct Layer {
     inner: Arc<dyn ObjectStore>,
     /// Before every request.
     wait: Duration,
-    lists: Option<Arc<ListWatch>>,
+    reads: Option<Arc<ReadWatch>>,
 }
 
 impl fmt::Display for Layer {
@@ -199,8 +196,13 @@ impl ObjectStore for Layer {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        let watched = self.reads.as_ref().and_then(|w| w.begin(location));
         sleep(self.wait).await;
-        self.inner.get_opts(location, options).await
+        let answer = self.inner.get_opts(location, options).await;
+        if let Some(w) = &self.reads {
+            w.answered(watched, &answer);
+        }
+        answer
     }
 
     async fn get_ranges(
@@ -220,11 +222,7 @@ impl ObjectStore for Layer {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let s = later(self.wait, self.inner.list(prefix));
-        match &self.lists {
-            Some(w) if w.watches(prefix) => w.listing(s),
-            _ => s,
-        }
+        later(self.wait, self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -232,11 +230,7 @@ impl ObjectStore for Layer {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let s = later(self.wait, self.inner.list_with_offset(prefix, offset));
-        match &self.lists {
-            Some(w) if w.watches(prefix) => w.listing(s),
-            _ => s,
-        }
+        later(self.wait, self.inner.list_with_offset(prefix, offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {

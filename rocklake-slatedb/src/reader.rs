@@ -27,7 +27,7 @@ use rocklake_core::{KvBackend, WriteBatch};
 use slatedb::config::DbReaderOptions;
 use slatedb::{DbReader, DbReaderMode};
 
-use crate::layer::{watched, ListWatch};
+use crate::layer::{watched, ReadWatch};
 use crate::{bounds, map_err, object_store_for, parse_url, scan_iter, scan_options};
 use crate::{Location, SlateOptions};
 
@@ -110,9 +110,9 @@ pub const GENERATION_LIFETIME: Duration = Duration::from_secs(30 * 60);
 /// A `DbReader` polls once as it starts (SlateDB's poll ticker fires at once, on its own task,
 /// after the open returns); a commit whose WAL object lands between the open and that poll
 /// would change the generation under a view taken in between, so a generation is published
-/// only once that poll has listed the WAL (seen through [`crate::layer::ListWatch`]) and, when
-/// it found an object the open had not read, has replayed it. Past this bound (a poll that
-/// never lists, an object store that does not answer) it is published anyway; one whose
+/// only once that poll has looked for the WAL object after the last one the open read (seen
+/// through [`crate::layer::ReadWatch`]) and, when it found one, has replayed it. Past this bound (a poll that
+/// never looks, an object store that does not answer) it is published anyway; one whose
 /// replayed sequence number moved after that is replaced at the next poll.
 const FIRST_POLL: Duration = Duration::from_secs(5);
 
@@ -135,6 +135,8 @@ struct Inner {
     closed: AtomicBool,
     /// Generations opened since the reader opened (the first included).
     generations: AtomicU64,
+    /// Of those, the ones published without their first poll seen (see [`FIRST_POLL`]).
+    unseen_polls: AtomicU64,
 }
 
 /// A `DbReader` that does not follow the writer: the store as it was when it opened.
@@ -142,6 +144,8 @@ struct Generation {
     reader: DbReader,
     /// The newest WAL object listed just before it opened (it replayed that one and older).
     newest_wal: Option<object_store::path::Path>,
+    /// Published without its first poll seen (see [`FIRST_POLL`]).
+    unseen_poll: bool,
     /// The reader's replayed sequence number when the generation was published.
     seq: u64,
 }
@@ -203,6 +207,7 @@ impl SlateReader {
             )));
         }
         let first = Generation::open(&store, &path, mode, &reader_options, &url).await?;
+        let first_unseen = first.unseen_poll;
         let inner = Arc::new(Inner {
             current: RwLock::new(Arc::new(first)),
             retired: Mutex::new(Vec::new()),
@@ -214,6 +219,7 @@ impl SlateReader {
             url,
             closed: AtomicBool::new(false),
             generations: AtomicU64::new(1),
+            unseen_polls: AtomicU64::new(u64::from(first_unseen)),
         });
         tokio::spawn(follow(Arc::downgrade(&inner)));
         Ok(SlateReader { inner })
@@ -222,6 +228,12 @@ impl SlateReader {
     /// How many generations (SlateDB readers, see the module's docs) this reader has opened.
     pub fn generations(&self) -> u64 {
         self.inner.generations.load(AtomicOrdering::Relaxed)
+    }
+
+    /// How many of its generations were published without their `DbReader`'s first poll seen
+    /// (waited 5 s for it in vain): each may have changed under a view. 0 normally.
+    pub fn unseen_first_polls(&self) -> u64 {
+        self.inner.unseen_polls.load(AtomicOrdering::Relaxed)
     }
 
     /// The URL (or location) this reader was opened on.
@@ -238,28 +250,36 @@ impl Generation {
         options: &DbReaderOptions,
         url: &str,
     ) -> Result<Generation> {
-        let listed = newest_wal_after(store, path, None, url).await?;
-        let wal = ListWatch::new(format!("{path}/wal"));
+        let newest_wal = newest_wal_after(store, path, None, url).await?;
+        let wal = ReadWatch::new(&format!("{path}/wal"));
         let reader = DbReader::builder(path.to_string(), watched(store.clone(), wal.clone()))
             .with_options(options.clone())
             .with_reader_mode(mode)
             .build()
             .await
             .map_err(|e| map_err(&format!("opening {url} for reading"), e))?;
-        // What the open read of the WAL; then its first poll (see [`FIRST_POLL`]) is behind
-        // it before a view takes it.
-        let opened = wal.seen();
-        let read = opened
-            .ended
-            .iter()
-            .filter_map(|(_, newest)| newest.clone())
-            .max()
-            .max(listed);
+        // Its first poll (see [`FIRST_POLL`]) is behind it before a view takes it. That poll
+        // looks for the WAL objects after the last one the open read: in parallel for the
+        // next one and some further on; the next one (the lowest name it asks for) says
+        // whether there is anything to replay.
+        let opened = wal.seen().begun.len();
         let seq_opened = reader.status().durable_seq;
-        let newest_wal = match wal.next_after(opened.begun, FIRST_POLL).await {
-            Some(found) if found > read => {
-                // It found a WAL object the open had not read: wait for it to be replayed
-                // (the sequence number moves just before the new state is installed).
+        let next = wal
+            .until(FIRST_POLL, |r| r.answered.iter().any(|(i, _)| *i >= opened))
+            .await
+            .and_then(|r| (opened..r.begun.len()).min_by(|a, b| r.begun[*a].cmp(&r.begun[*b])));
+        let found = match next {
+            Some(i) => wal
+                .until(FIRST_POLL, |r| r.answer(i).is_some())
+                .await
+                .and_then(|r| r.answer(i)),
+            None => None,
+        };
+        let unseen_poll = found.is_none();
+        match found {
+            Some(true) => {
+                // A WAL object the open had not read: wait for its replay (the sequence
+                // number moves just before the new state is installed).
                 let until = tokio::time::Instant::now() + REPLAY;
                 while reader.status().durable_seq == seq_opened {
                     if tokio::time::Instant::now() >= until {
@@ -270,19 +290,16 @@ impl Generation {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
-                found
             }
-            Some(_) => read,
-            None => {
-                tracing::warn!(%url, "a reader generation's first poll did not list the WAL in \
-                    time; publishing it");
-                read
-            }
-        };
+            Some(false) => {}
+            None => tracing::warn!(%url, "a reader generation's first poll was not seen \
+                looking at the WAL in time; publishing it"),
+        }
         let seq = reader.status().durable_seq;
         Ok(Generation {
             reader,
             newest_wal,
+            unseen_poll,
             seq,
         })
     }
@@ -387,6 +404,9 @@ impl Inner {
             Generation::open(&self.store, &self.path, self.mode, &self.options, &self.url).await?,
         );
         self.generations.fetch_add(1, AtomicOrdering::Relaxed);
+        if next.unseen_poll {
+            self.unseen_polls.fetch_add(1, AtomicOrdering::Relaxed);
+        }
         let old = std::mem::replace(
             &mut *self.current.write().unwrap_or_else(|e| e.into_inner()),
             next,

@@ -393,6 +393,8 @@ async fn a_view_taken_from_a_new_generation_does_not_move_at_its_first_poll() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let commits = committing.await.unwrap();
+    // Each generation saw its first poll (none was published after the wait ran out).
+    assert_eq!(reader.unseen_first_polls(), 0);
     eprintln!(
         "{views} views of new generations held still over 1.5 s each, while the writer made \
          {commits} commits; {} generations",
