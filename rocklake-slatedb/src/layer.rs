@@ -6,7 +6,7 @@
 //!   `object_store`'s own `ThrottledStore` does this for remote stores, but answers a GET of a
 //!   local folder's file (a `File` payload) with a panic, and waits once per object of a batch
 //!   delete; this layer waits once per request and hands every answer on untouched.
-//! - A watch on the reads of one folder ([`ReadWatch`]): which object each GET or HEAD asked
+//! - A watch on the reads of one folder (`ReadWatch`): which object each GET or HEAD asked
 //!   for, and whether it was there. A reader generation (see `reader`) learns from it when its
 //!   `DbReader`'s first poll has looked for a WAL object after the ones it read, and whether
 //!   it found one.
