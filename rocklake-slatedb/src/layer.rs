@@ -63,12 +63,23 @@ pub(crate) struct Reads {
 }
 
 impl Reads {
-    /// Whether read `i` was answered, and whether it found its object.
-    pub(crate) fn answer(&self, i: usize) -> Option<bool> {
+    /// The answers to the reads of `location`, in the order they came: whether each found it.
+    pub(crate) fn answers_for(&self, location: &Path) -> Vec<bool> {
         self.answered
             .iter()
-            .find(|(j, _)| *j == i)
+            .filter(|(i, _)| self.begun[*i] == *location)
             .map(|(_, found)| *found)
+            .collect()
+    }
+
+    /// The lowest (least) object a read was told is not there.
+    pub(crate) fn lowest_absent(&self) -> Option<Path> {
+        self.answered
+            .iter()
+            .filter(|(_, found)| !found)
+            .map(|(i, _)| &self.begun[*i])
+            .min()
+            .cloned()
     }
 }
 
@@ -80,11 +91,6 @@ impl ReadWatch {
             folder: format!("{folder}/"),
             reads: tokio::sync::watch::channel(Reads::default()).0,
         })
-    }
-
-    /// What it has seen so far.
-    pub(crate) fn seen(&self) -> Reads {
-        self.reads.borrow().clone()
     }
 
     /// Wait up to `within` until `done` holds of what it has seen: what it has seen then, or

@@ -110,10 +110,10 @@ pub const GENERATION_LIFETIME: Duration = Duration::from_secs(30 * 60);
 /// A `DbReader` polls once as it starts (SlateDB's poll ticker fires at once, on its own task,
 /// after the open returns); a commit whose WAL object lands between the open and that poll
 /// would change the generation under a view taken in between, so a generation is published
-/// only once that poll has looked for the WAL object after the last one the open read (seen
-/// through [`crate::layer::ReadWatch`]) and, when it found one, has replayed it. Past this bound (a poll that
-/// never looks, an object store that does not answer) it is published anyway; one whose
-/// replayed sequence number moved after that is replaced at the next poll.
+/// only once that poll has asked again for the WAL object the open found absent (seen through
+/// [`crate::layer::ReadWatch`]) and, when it is there now, has replayed it. Past this bound (a
+/// poll that never asks, an object store that does not answer) it is published anyway; one
+/// whose replayed sequence number moved after that is replaced at the next poll.
 const FIRST_POLL: Duration = Duration::from_secs(5);
 
 /// How long a generation waits for its first poll to replay a WAL object it found (its
@@ -258,23 +258,23 @@ impl Generation {
             .build()
             .await
             .map_err(|e| map_err(&format!("opening {url} for reading"), e))?;
-        // Its first poll (see [`FIRST_POLL`]) is behind it before a view takes it. That poll
-        // looks for the WAL objects after the last one the open read: in parallel for the
-        // next one and some further on; the next one (the lowest name it asks for) says
-        // whether there is anything to replay.
-        let opened = wal.seen().begun.len();
+        // Its first poll (see [`FIRST_POLL`]) is behind it before a view takes it. The open
+        // looked for the WAL objects after the last one it read (SlateDB asks for ids by
+        // HEAD, not by listing) and found the lowest absent one: the next the writer will
+        // write. The poll asks for that one again, first of all: its second answer says
+        // whether there is anything to replay. (Counted by answers, not by when the open
+        // returned: the poll, on its own task, may be answered before this code runs.)
         let seq_opened = reader.status().durable_seq;
-        let next = wal
-            .until(FIRST_POLL, |r| r.answered.iter().any(|(i, _)| *i >= opened))
+        let found = wal
+            .until(FIRST_POLL, |r| {
+                r.lowest_absent()
+                    .is_some_and(|p| r.answers_for(&p).len() >= 2)
+            })
             .await
-            .and_then(|r| (opened..r.begun.len()).min_by(|a, b| r.begun[*a].cmp(&r.begun[*b])));
-        let found = match next {
-            Some(i) => wal
-                .until(FIRST_POLL, |r| r.answer(i).is_some())
-                .await
-                .and_then(|r| r.answer(i)),
-            None => None,
-        };
+            .and_then(|r| {
+                let p = r.lowest_absent()?;
+                r.answers_for(&p).get(1).copied()
+            });
         let unseen_poll = found.is_none();
         match found {
             Some(true) => {
