@@ -490,7 +490,18 @@ impl Session {
     async fn statement_outside_block(&mut self, stmt: Statement, implicit: bool) -> Result<Output> {
         /// Runs of one statement before its `40001` is answered after all.
         const MAX_RUNS: usize = 100;
-        let again = implicit
+        // Only a statement that changes rows locks them, and so can meet another's commit
+        // (a read never waits): the others run once, without the copy a second run needs.
+        let changes_rows = match &stmt {
+            Statement::Insert(_) | Statement::Update { .. } | Statement::Delete(_) => true,
+            Statement::Query(q) => matches!(
+                *q.body,
+                SetExpr::Update(_) | SetExpr::Delete(_) | SetExpr::Insert(_)
+            ),
+            _ => false,
+        };
+        let again = changes_rows
+            && implicit
             && self.status == Status::Idle
             && self.settings.statement_snapshots()
             && self
