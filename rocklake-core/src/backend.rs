@@ -488,6 +488,13 @@ pub trait KvBackend: ReadView + fmt::Debug {
     fn engine_stats(&self) -> Vec<EngineStat> {
         Vec::new()
     }
+
+    /// This writer's lease on its store, for an engine whose store another process can take
+    /// over (see [`crate::lease`]); `None` where no other writer can open the store while this
+    /// one has it (a lock file, memory) or for a reader.
+    fn lease(&self) -> Option<Arc<crate::lease::Lease>> {
+        None
+    }
 }
 
 /// Pages through a range of any [`ReadView`], `page` pairs at a time, resuming after the last

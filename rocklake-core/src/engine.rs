@@ -77,6 +77,11 @@ pub trait Engine: ReadView + fmt::Debug + 'static {
     fn stats(&self) -> Vec<crate::backend::EngineStat> {
         Vec::new()
     }
+
+    /// This writer's lease on its store (see [`KvBackend::lease`]).
+    fn lease(&self) -> Option<std::sync::Arc<crate::lease::Lease>> {
+        None
+    }
 }
 
 /// A [`KvBackend`] over an [`Engine`]: preconditions, group commit, views and close, once for
@@ -200,6 +205,10 @@ impl<E: Engine> KvBackend for EngineBackend<E> {
 
     fn engine_stats(&self) -> Vec<crate::backend::EngineStat> {
         self.engine.stats()
+    }
+
+    fn lease(&self) -> Option<Arc<crate::lease::Lease>> {
+        self.engine.lease()
     }
 
     async fn write(&self, batch: WriteBatch, durability: Durability) -> Result<()> {

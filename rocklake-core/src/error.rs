@@ -138,6 +138,11 @@ pub enum Error {
     /// newer view. SQLSTATE `72000` (PostgreSQL's `snapshot too old`) on the wire.
     #[error("snapshot too old: {0}")]
     SnapshotTooOld(String),
+    /// This writer's lease on its store ran out or was given up (see [`crate::lease`]): it no
+    /// longer answers as the store's writer. Nothing was written. Reconnect to whichever
+    /// server now holds the store.
+    #[error("writer lease lapsed: {0}")]
+    LeaseLapsed(String),
 }
 
 impl Error {
@@ -162,6 +167,7 @@ impl Error {
             Error::PermissionDenied(_) => "42501",
             Error::NotFound(_) => "42P01",
             Error::SnapshotTooOld(_) => "72000",
+            Error::LeaseLapsed(_) => "57P01",
             _ => "XX000",
         }
     }
@@ -185,6 +191,7 @@ impl Error {
             Error::Engine { .. } => ErrorKind::Engine,
             Error::Unsupported(_) => ErrorKind::Unsupported,
             Error::SnapshotTooOld(_) => ErrorKind::SnapshotTooOld,
+            Error::LeaseLapsed(_) => ErrorKind::LeaseLapsed,
         }
     }
 
@@ -245,6 +252,8 @@ pub enum ErrorKind {
     Unsupported,
     /// [`Error::SnapshotTooOld`].
     SnapshotTooOld,
+    /// [`Error::LeaseLapsed`].
+    LeaseLapsed,
 }
 
 impl std::fmt::Display for ErrorKind {

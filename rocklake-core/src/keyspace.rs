@@ -106,6 +106,9 @@ pub(crate) struct Inner {
     /// [`Keyspace::committed_view`]), with the number of the last batch it holds: every batch
     /// in it is durable.
     pub(crate) flushed_view: Mutex<Option<(u64, Arc<dyn ReadView>)>>,
+    /// A writer's lease on its store, where its engine keeps one ([`KvBackend::lease`]):
+    /// checked before every view a transaction or reader takes and before every write.
+    pub(crate) lease: Option<Arc<crate::lease::Lease>>,
 }
 
 /// A catalog over any [`KvBackend`]. Cheap to clone; clones share one writer identity.
@@ -245,7 +248,6 @@ impl Keyspace {
         let published = current_snapshot_in(backend.as_ref()).await?;
         Ok(Keyspace {
             inner: Arc::new(Inner {
-                backend,
                 epoch,
                 options,
                 spaces,
@@ -257,6 +259,8 @@ impl Keyspace {
                 closed: AtomicBool::new(false),
                 published: AtomicU64::new(published),
                 flushed_view: Mutex::new(None),
+                lease: epoch.and_then(|_| backend.lease()),
+                backend,
             }),
         })
     }
@@ -291,6 +295,19 @@ impl Keyspace {
         (self.inner.options.clock)()
     }
 
+    /// This writer's lease on its store, where its engine keeps one (see [`crate::lease`]).
+    pub fn lease(&self) -> Option<&Arc<crate::lease::Lease>> {
+        self.inner.lease.as_ref()
+    }
+
+    /// `Ok` unless this writer's lease on its store has lapsed.
+    fn check_lease(&self) -> Result<()> {
+        match &self.inner.lease {
+            Some(lease) => lease.check(),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn writer_epoch(&self) -> Result<u64> {
         if self.inner.closed.load(AtomicOrdering::Acquire) {
             return Err(Error::Closed);
@@ -317,6 +334,7 @@ impl Keyspace {
         durability: Durability,
     ) -> Result<()> {
         let epoch = self.writer_epoch()?;
+        self.check_lease()?;
         let ekey = epoch_key();
         batch.expect(
             ekey.clone(),
@@ -361,6 +379,7 @@ impl Keyspace {
     /// makes it durable.
     /// With [`Durability::Buffered`] a commit is visible once applied, as that mode promises.
     pub async fn committed_view(&self) -> Result<Arc<dyn ReadView>> {
+        self.check_lease()?;
         let view = self.inner.backend.view().await?;
         if self.inner.options.durability != Durability::Durable {
             return Ok(view);

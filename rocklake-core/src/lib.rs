@@ -35,6 +35,7 @@ pub mod info;
 pub mod keys;
 pub mod keyspace;
 pub mod keystone;
+pub mod lease;
 pub mod maintenance;
 pub mod memory;
 pub mod mvcc;

@@ -130,7 +130,9 @@ impl SqlError {
 impl From<CoreError> for SqlError {
     fn from(e: CoreError) -> SqlError {
         let code = match &e {
-            CoreError::Fenced { .. } | CoreError::Closed => state::ADMIN_SHUTDOWN,
+            CoreError::Fenced { .. } | CoreError::Closed | CoreError::LeaseLapsed(_) => {
+                state::ADMIN_SHUTDOWN
+            }
             CoreError::Conflict { .. } | CoreError::ConditionFailed { .. } => {
                 state::SERIALIZATION_FAILURE
             }
