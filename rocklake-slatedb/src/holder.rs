@@ -7,7 +7,7 @@
 //! server runs on) it takes a live server down. So every writer RockLake opens on a folder or a
 //! bucket keeps a small *holder record* beside the database (`rocklake.writer` next to the
 //! `rocklake/` prefix): who it is (command, pid, host), since when, and a heartbeat counter it
-//! rewrites every [`BEAT`]. A new writer first reads the record:
+//! rewrites every quarter of its lease ([`BEAT`] by default). A new writer first reads the record:
 //!
 //! - none: the store is free (the last writer closed cleanly and removed its record);
 //! - written by this process: live exactly when that engine is still open (a registry in the
@@ -27,24 +27,64 @@
 //! same instant can both find the store free (the later one then fences the earlier, as before).
 //! The record guards against the mistake this module exists for, an open against a writer that
 //! has been running for a while, not against a deliberate race.
+//!
+//! # Lease
+//!
+//! The record is also the writer's lease ([`rocklake_core::lease`]). The writer rewrites it
+//! every quarter of its lease ([`crate::SlateOptions::lease`], 8 s by default, stated in the
+//! record), and each rewrite that finds the record still its own extends the lease to the
+//! moment that rewrite *began* plus the lease. A writer that cannot rewrite it (cut off from
+//! the store, paused) stops answering as the writer when the lease runs out; one that finds a
+//! successor's record gives the lease up at once.
+//!
+//! A standby ([`await_vacancy`]) takes the store over once it has seen one record unchanged
+//! for 1.25 times the lease that record states (or no record: the writer closed cleanly).
+//! Why that is safe: the standby's watch starts after it read the record, so after the
+//! writer's last rewrite began, which is where the writer's lease is counted from. The writer's
+//! lease therefore ends before the standby's wait does, as long as the two machines' clocks run
+//! at rates within 10 % of each other (1.1 / 0.9 < 1.25); clock *offsets* do not matter, as
+//! each side measures only spans on its own monotonic clock. The standby then opens the store
+//! as writer, which fences the old writer in SlateDB and in RockLake's writer epoch: even a
+//! writer whose lease was wrongly still running cannot commit after that open. What the lease
+//! adds to fencing is that a cut-off writer also stops *reading* as the writer.
+//!
+//! Without conditional writes on every store (a local folder has none), a writer paused
+//! between reading the record and rewriting it can overwrite a successor's record once; the
+//! successor rewrites its own at its next beat, the paused writer then sees it and gives up,
+//! and its commits were refused by fencing throughout.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use rocklake_core::error::{Error, Result};
+use rocklake_core::lease::Lease;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// How often a writer rewrites its holder record.
+/// The writer's lease unless the URL says otherwise (`lease_ms`); it rewrites its record every
+/// quarter of it (2 s).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(8);
+
+/// How often a writer with the default lease rewrites its record.
 pub const BEAT: Duration = Duration::from_secs(2);
 
-/// How long a newcomer watches a record it cannot otherwise judge before calling it stale: more
-/// than two beats, so one slow write does not make a live writer look gone.
+/// The shortest lease a URL may ask for.
+pub const MIN_LEASE: Duration = Duration::from_millis(200);
+
+/// How long a newcomer that is not a standby watches a record it cannot otherwise judge before
+/// calling it stale, at least: more than two beats of the default lease, so one slow write does
+/// not make a live writer look gone (longer for a record with a longer lease).
 pub const STALE_AFTER: Duration = Duration::from_secs(5);
+
+/// How long a standby waits, past the record's last change, for a lease of `lease`: see the
+/// module docs' "Lease".
+pub fn takeover_after(lease: Duration) -> Duration {
+    lease.mul_f64(1.25)
+}
 
 /// How often the newcomer rereads the record while watching it.
 const WATCH_EVERY: Duration = Duration::from_millis(250);
@@ -70,9 +110,21 @@ pub struct Record {
     pub since_ms: u64,
     /// When the holder last wrote the record (Unix milliseconds, the holder's clock).
     pub beat_ms: u64,
+    /// The holder's lease in milliseconds (0 in records written before leases: then
+    /// [`DEFAULT_LEASE`]).
+    #[serde(default)]
+    pub lease_ms: u64,
 }
 
 impl Record {
+    /// The lease this record's writer keeps.
+    pub fn lease(&self) -> Duration {
+        match self.lease_ms {
+            0 => DEFAULT_LEASE,
+            ms => Duration::from_millis(ms),
+        }
+    }
+
     /// The holder in words, for the refusal.
     fn describe(&self) -> String {
         let ago = |ms: u64| {
@@ -240,13 +292,14 @@ async fn alive(
             return Ok(None);
         }
     }
+    let watch = STALE_AFTER.max(record.lease().mul_f64(0.625));
     tracing::info!(
         %location,
         holder = %record.describe(),
-        "watching the holder's heartbeat for up to {} s",
-        STALE_AFTER.as_secs()
+        "watching the holder's heartbeat for up to {:.1} s",
+        watch.as_secs_f64()
     );
-    let deadline = tokio::time::Instant::now() + STALE_AFTER;
+    let deadline = tokio::time::Instant::now() + watch;
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(WATCH_EVERY).await;
         match read(store, path, location).await? {
@@ -288,9 +341,15 @@ pub async fn check(
     }
 }
 
-/// This writer's claim: its record, rewritten every [`BEAT`] until the engine closes.
+/// This writer's claim: its record, rewritten every quarter lease until the engine closes,
+/// and the lease those rewrites keep (see the module docs).
 pub struct Claim {
     id: u64,
+    lease: Arc<Lease>,
+    lease_for: Duration,
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    location: String,
     stop: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -308,6 +367,7 @@ impl Claim {
         path: Path,
         location: String,
         generation: u64,
+        lease_for: Duration,
     ) -> Result<Claim> {
         let now = unix_ms();
         let mut record = Record {
@@ -320,45 +380,65 @@ impl Claim {
             pid_scope: pid_scope(),
             since_ms: now,
             beat_ms: now,
+            lease_ms: lease_for.as_millis() as u64,
         };
         live_claims()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(record.id);
+        let began = Instant::now();
         if let Err(e) = write(store.as_ref(), &path, &location, &record).await {
             forget(record.id);
             return Err(e);
         }
+        let lease = Arc::new(Lease::new(began + lease_for));
         let id = record.id;
         let (stop, mut stopped) = watch::channel(false);
+        let kept = lease.clone();
+        let (kept_store, kept_path, kept_location) =
+            (store.clone(), path.clone(), location.clone());
         let task = tokio::spawn(async move {
+            let lease = kept;
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(BEAT) => {}
+                    _ = tokio::time::sleep(lease_for / 4) => {}
                     _ = stopped.changed() => break,
                 }
+                let began = Instant::now();
                 match read(store.as_ref(), &path, &location).await {
                     Ok(Some(theirs))
                         if theirs.id != record.id
                             && (theirs.generation, theirs.id) > (record.generation, record.id) =>
                     {
                         tracing::warn!(%location, successor = %theirs.describe(), "another writer took the store over; this one is fenced and stops its heartbeat");
+                        lease.lose(format!(
+                            "another writer took the store over: {}",
+                            theirs.describe()
+                        ));
                         forget(record.id);
                         return;
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!(%location, error = %e, "could not read the holder record");
+                        tracing::warn!(%location, error = %e, "could not read the holder record; the lease is not renewed");
                         continue;
                     }
                 }
                 record.beat += 1;
                 record.beat_ms = unix_ms();
-                if let Err(e) = write(store.as_ref(), &path, &location, &record).await {
-                    tracing::warn!(%location, error = %e, "could not renew the holder record");
+                match write(store.as_ref(), &path, &location, &record).await {
+                    Ok(()) => lease.renew(began + lease_for),
+                    Err(e) => {
+                        tracing::warn!(%location, error = %e, "could not renew the holder record");
+                    }
                 }
             }
-            // Closed: remove the record if it is still this writer's.
+            // Closed: remove the record if it is still this writer's and its lease still runs.
+            // A writer whose lease lapsed leaves it: a standby may already be waiting it out,
+            // and a record that vanished would let every standby take the store at once.
+            if !lease.is_held() {
+                return;
+            }
             if let Ok(Some(theirs)) = read(store.as_ref(), &path, &location).await {
                 if theirs.id == record.id {
                     if let Err(e) = store.as_ref().delete(&path).await {
@@ -369,9 +449,38 @@ impl Claim {
         });
         Ok(Claim {
             id,
+            lease,
+            lease_for,
+            store: kept_store,
+            path: kept_path,
+            location: kept_location,
             stop,
             task: Mutex::new(Some(task)),
         })
+    }
+
+    /// For a takeover, right after [`Claim::start`]: wait an eighth of the lease (at least
+    /// 100 ms) and read the record back. Another standby that judged the store free in the same
+    /// moment wrote its own claim meanwhile (a standby writes its claim within moments of
+    /// reading the stale record), and of two such claims only the last written is still there:
+    /// the other standby gets [`Error::Locked`] and goes on waiting, instead of both opening
+    /// the store and one fencing the other.
+    pub async fn confirm(&self) -> Result<()> {
+        tokio::time::sleep((self.lease_for / 8).max(Duration::from_millis(100))).await;
+        match read(self.store.as_ref(), &self.path, &self.location).await? {
+            Some(theirs) if theirs.id != self.id => Err(Error::Locked {
+                path: self.location.clone(),
+                source: Box::new(Held {
+                    holder: format!("{} (claimed in the same moment)", theirs.describe()),
+                }),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The lease this claim keeps.
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     /// The engine closed: stop the heartbeat and remove the record.
@@ -382,6 +491,43 @@ impl Claim {
         if let Some(task) = task {
             let _ = task.await;
         }
+    }
+}
+
+/// For a standby: wait until the store's writer is gone, by its holder record (see the module
+/// docs' "Lease"): no record, or one unchanged for [`takeover_after`] its lease. Rereads the
+/// record every eighth of that lease (at least every 50 ms, at most every second). Returns the
+/// record it judged stale, if any. A record that cannot be read is retried, not judged.
+pub async fn await_vacancy(
+    store: &dyn ObjectStore,
+    path: &Path,
+    location: &str,
+) -> Result<Option<Record>> {
+    let mut seen: Option<(Record, Instant)> = None;
+    loop {
+        let record = match read(store, path, location).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(%location, error = %e, "could not read the holder record; watching on");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let Some(record) = record else {
+            return Ok(None);
+        };
+        let wait = takeover_after(record.lease());
+        let since = match &seen {
+            Some((before, since)) if *before == record => *since,
+            _ => Instant::now(),
+        };
+        if since.elapsed() >= wait {
+            tracing::info!(%location, holder = %record.describe(), "the writer's lease has run out");
+            return Ok(Some(record));
+        }
+        let every = (record.lease() / 8).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        seen = Some((record, since));
+        tokio::time::sleep(every).await;
     }
 }
 

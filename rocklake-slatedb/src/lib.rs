@@ -179,6 +179,13 @@ pub struct SlateOptions {
     /// (a standby taking over). Without it such an open is refused with [`Error::Locked`],
     /// naming the holder (see [`holder`]). A reader ignores it.
     pub takeover: bool,
+    /// Writer only (URL option `lease_ms`): how long this writer goes on answering as the
+    /// store's writer after the last time it showed the store it still holds it (see
+    /// [`holder`]'s "Lease"). It renews the lease every quarter of it; a standby
+    /// (`rocklake serve --standby`) takes the store over once the holder record has not changed
+    /// for 1.25 times the lease the record states. A shorter lease means a faster failover
+    /// and more writes of the record (one per quarter lease).
+    pub lease: Duration,
 }
 
 impl Default for SlateOptions {
@@ -193,6 +200,7 @@ impl Default for SlateOptions {
             reader_checkpoint: true,
             simulate_latency: None,
             takeover: false,
+            lease: holder::DEFAULT_LEASE,
         }
     }
 }
@@ -217,6 +225,16 @@ pub fn parse_url(url: &str) -> Result<(Location, SlateOptions)> {
         match k.as_ref() {
             "flush_interval_ms" => options.flush_interval = millis_option(url, &k, &v)?,
             "poll_ms" => options.poll_interval = millis_option(url, &k, &v)?,
+            "lease_ms" => {
+                options.lease = millis_option(url, &k, &v)?;
+                if options.lease < holder::MIN_LEASE {
+                    return Err(Error::InvalidArgument(format!(
+                        "lease_ms={v} in {url:?} is below {} ms: the record is rewritten every \
+                         quarter lease, and one rewrite may take a round trip to the store",
+                        holder::MIN_LEASE.as_millis()
+                    )));
+                }
+            }
             "simulate_latency_ms" => {
                 options.simulate_latency = Some(millis_option(url, &k, &v)?);
             }
@@ -233,7 +251,7 @@ pub fn parse_url(url: &str) -> Result<(Location, SlateOptions)> {
             }
             other => {
                 return Err(Error::InvalidArgument(format!(
-                    "unknown option {other:?} in {url:?} (known: flush_interval_ms, poll_ms, checkpoint, simulate_latency_ms)"
+                    "unknown option {other:?} in {url:?} (known: flush_interval_ms, poll_ms, checkpoint, simulate_latency_ms, lease_ms)"
                 )))
             }
         }
@@ -354,6 +372,35 @@ fn writer_settings(options: &SlateOptions) -> Settings {
 /// A RockLake store on SlateDB: [`SlateEngine`] behind core's [`EngineBackend`].
 pub type SlateBackend = EngineBackend<SlateEngine>;
 
+/// For a standby (`rocklake serve --standby`): wait until the writer of the store `url` names
+/// is gone, by its holder record (see [`holder::await_vacancy`]); then opening it as writer
+/// with takeover is safe. Options of the URL other than `simulate_latency_ms` are ignored.
+pub async fn await_vacancy(url: &str) -> Result<Option<holder::Record>> {
+    let (store, record, location) = holder_record(url)?;
+    holder::await_vacancy(store.as_ref(), &record, &location).await
+}
+
+/// The holder record of the store `url` names, as it is now: `None` when no writer holds it.
+pub async fn holder_of(url: &str) -> Result<Option<holder::Record>> {
+    let (store, record, location) = holder_record(url)?;
+    holder::read(store.as_ref(), &record, &location).await
+}
+
+fn holder_record(url: &str) -> Result<(Arc<dyn ObjectStore>, object_store::path::Path, String)> {
+    let (location, options) = parse_url(url)?;
+    if location == Location::Memory {
+        return Err(Error::InvalidArgument(format!(
+            "{url:?}: a memory:// store lives in one process; no standby can watch it"
+        )));
+    }
+    let (store, path) = object_store_for(&location)?;
+    Ok((
+        reached(store, &options),
+        holder::record_path(&path),
+        location.to_string(),
+    ))
+}
+
 /// Open the store a URL names as its writer (see the crate docs); refused while another live
 /// writer holds it (see [`holder`]).
 pub async fn open_url(url: &str) -> Result<Arc<SlateBackend>> {
@@ -414,23 +461,38 @@ impl SlateEngine {
         } else {
             0
         };
+        // The record is claimed before the database opens, so that a standby watching it sees
+        // the store taken at once rather than after the open's round trips; a takeover then
+        // makes sure no other standby claimed it in the same moment.
+        let claim = if held {
+            let claim =
+                holder::Claim::start(store.clone(), record, shown, generation, options.lease)
+                    .await?;
+            if options.takeover {
+                if let Err(e) = claim.confirm().await {
+                    claim.release().await;
+                    return Err(e);
+                }
+            }
+            Some(claim)
+        } else {
+            None
+        };
         let metrics = Arc::new(DefaultMetricsRecorder::new());
-        let db = Db::builder(path, store.clone())
+        let opened = Db::builder(path, store.clone())
             .with_settings(settings)
             .with_metrics_recorder(metrics.clone())
             .build()
             .await
-            .map_err(|e| map_err("opening the database", e))?;
-        let claim = if held {
-            match holder::Claim::start(store, record, shown, generation).await {
-                Ok(claim) => Some(claim),
-                Err(e) => {
-                    let _ = db.close().await;
-                    return Err(e);
+            .map_err(|e| map_err("opening the database", e));
+        let db = match opened {
+            Ok(db) => db,
+            Err(e) => {
+                if let Some(claim) = &claim {
+                    claim.release().await;
                 }
+                return Err(e);
             }
-        } else {
-            None
         };
         Ok(SlateEngine {
             db,
@@ -440,6 +502,17 @@ impl SlateEngine {
             closed: AtomicBool::new(false),
             skip_sync: AtomicBool::new(false),
         })
+    }
+
+    /// `r`, after giving this writer's lease up if `r` says SlateDB fenced it: a successor
+    /// opened the store, so this writer must stop answering as its writer at once.
+    fn noticing<T>(&self, r: Result<T>) -> Result<T> {
+        if let (Err(Error::Fenced { .. }), Some(claim)) = (&r, &self.claim) {
+            claim
+                .lease()
+                .lose("SlateDB fenced this writer: another writer opened the store");
+        }
+        r
     }
 
     /// The SlateDB handle underneath, for benchmarks that compare against raw SlateDB calls.
@@ -604,11 +677,13 @@ impl Engine for SlateEngine {
                 BatchOp::Delete(k) => wb.delete(k),
             }
         }
-        self.db
+        let written = self
+            .db
             .write(wb)
             .await
             .map(drop)
-            .map_err(|e| map_err("writing a batch", e))
+            .map_err(|e| map_err("writing a batch", e));
+        self.noticing(written)
     }
 
     /// SlateDB can be made to write its memtable out as an L0 table, not to merge on demand:
@@ -629,10 +704,16 @@ impl Engine for SlateEngine {
         if self.skip_sync.load(AtomicOrdering::SeqCst) {
             return Ok(());
         }
-        self.db
+        let flushed = self
+            .db
             .flush()
             .await
-            .map_err(|e| map_err("flushing the WAL", e))
+            .map_err(|e| map_err("flushing the WAL", e));
+        self.noticing(flushed)
+    }
+
+    fn lease(&self) -> Option<Arc<rocklake_core::lease::Lease>> {
+        self.claim.as_ref().map(|c| c.lease().clone())
     }
 
     async fn snapshot(&self) -> Result<Option<Arc<dyn ReadView>>> {

@@ -186,3 +186,78 @@ async fn records_of_writers_that_are_gone_do_not_lock_the_store() {
     // The refusal left the foreign writer's record as it was.
     assert_eq!(record(dir.path()).unwrap().host, "other-host");
 }
+
+/// The lease (`lease_ms`): a standby watching the record does not judge a working writer gone;
+/// a takeover makes the old writer give its lease up at its next beat, after which its key
+/// space refuses every transaction and commit; and a writer whose record stops changing (the
+/// heartbeat held, as a paused or cut-off process's is) is judged gone after 1.25 leases, by
+/// which time its own lease has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_waits_out_the_writers_lease_and_a_takeover_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("{}?lease_ms=400", url_of(dir.path()));
+    let first = open_url(&url).await.unwrap();
+    let ks = rocklake_core::Keyspace::open(first.clone()).await.unwrap();
+    let lease = ks.lease().expect("a SlateDB writer keeps a lease").clone();
+    assert_eq!(record(dir.path()).unwrap().lease_ms, 400);
+
+    // A working writer: the standby's watch does not end within 2 s (five leases).
+    let watched = tokio::time::timeout(
+        Duration::from_secs(2),
+        rocklake_slatedb::await_vacancy(&url),
+    )
+    .await;
+    assert!(
+        watched.is_err(),
+        "a standby judged a working writer gone: {watched:?}"
+    );
+    assert!(lease.is_held());
+    ks.begin().await.expect("the writer still answers");
+
+    // A takeover: the old writer gives its lease up within a beat or two.
+    let second = open_url_with(&url, true).await.unwrap();
+    let started = Instant::now();
+    while lease.is_held() && started.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!lease.is_held(), "the fenced writer still holds its lease");
+    let e = ks
+        .begin()
+        .await
+        .expect_err("a writer without its lease answers nothing");
+    assert_eq!(e.kind(), ErrorKind::LeaseLapsed, "{e}");
+    assert!(
+        e.to_string().contains("another writer took the store over"),
+        "{e}"
+    );
+    second.close().await.unwrap();
+    drop(ks);
+    drop(first);
+
+    // A record whose heartbeat stopped: judged gone after 1.25 leases, not before.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let stuck = Record {
+        id: 7,
+        generation: 99,
+        beat: 1,
+        command: "a paused writer".into(),
+        pid: u32::MAX - 9,
+        host: "elsewhere".into(),
+        pid_scope: "another machine".into(),
+        since_ms: now,
+        beat_ms: now,
+        lease_ms: 600,
+    };
+    put(dir.path(), &stuck);
+    let started = Instant::now();
+    let judged = rocklake_slatedb::await_vacancy(&url).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(judged.map(|r| r.id), Some(7));
+    assert!(
+        waited >= Duration::from_millis(750),
+        "took a 600 ms lease over after {waited:?}, before 1.25 leases"
+    );
+}
