@@ -635,7 +635,11 @@ impl ServerParameterProvider for Params {
             "default_transaction_read_only".into(),
             if self.read_only { "on" } else { "off" }.into(),
         );
-        p.insert("in_hot_standby".into(), "off".into());
+        // libpq's target_session_attrs=read-write reads these two to pass over a standby.
+        p.insert(
+            "in_hot_standby".into(),
+            if self.read_only { "on" } else { "off" }.into(),
+        );
         p.insert("integer_datetimes".into(), "on".into());
         p.insert("IntervalStyle".into(), "postgres".into());
         p.insert("is_superuser".into(), "off".into());

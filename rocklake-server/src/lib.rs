@@ -146,7 +146,8 @@ pub enum ServerError {
 
 /// A bound server, ready to [`run`](Server::run).
 pub struct Server {
-    listener: TcpListener,
+    /// `None` once [`Server::run`] stopped listening.
+    listener: Option<TcpListener>,
     db: Arc<Database>,
     options: ServerOptions,
     password: Option<Arc<PasswordSource>>,
@@ -156,7 +157,7 @@ pub struct Server {
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("listen", &self.listener.local_addr().ok())
+            .field("listen", &self.local_addr())
             .finish()
     }
 }
@@ -182,7 +183,7 @@ impl Server {
             .as_deref()
             .map(|p| Arc::new(PasswordSource::new(p)));
         Ok(Server {
-            listener,
+            listener: Some(listener),
             metrics: Metrics::new(db.clone()),
             db,
             options,
@@ -197,13 +198,53 @@ impl Server {
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or(self.options.listen)
+        self.listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .unwrap_or(self.options.listen)
     }
 
     /// Serve connections until `shutdown` completes; then stop accepting, give open
     /// connections [`ServerOptions::grace`] to finish, drop the rest (their open transactions
     /// land nothing) and return. The caller closes the database.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let grace = self.options.grace;
+        self.serve(
+            async move {
+                shutdown.await;
+                grace
+            },
+            false,
+        )
+        .await
+    }
+
+    /// Serve connections until `stop` completes, then give open connections the time `stop`
+    /// returned to finish and drop the rest, as [`Server::run`] does, but keep the listening
+    /// socket: clients
+    /// that connect meanwhile wait in its queue until [`Server::serve_phase`] is called again,
+    /// after [`Server::switch`] has given the server another database (a standby that became
+    /// the writer, a writer that lost its lease going back to standby).
+    pub async fn serve_phase(
+        &mut self,
+        stop: impl Future<Output = Duration>,
+    ) -> std::io::Result<()> {
+        self.serve(stop, true).await
+    }
+
+    /// Serve `db` from the next [`Server::serve_phase`] on; `read_only` as
+    /// [`ServerOptions::read_only`].
+    pub fn switch(&mut self, db: Arc<Database>, read_only: bool) {
+        self.metrics.switch(db.clone());
+        self.db = db;
+        self.options.read_only = read_only;
+    }
+
+    async fn serve(
+        &mut self,
+        shutdown: impl Future<Output = Duration>,
+        keep_listening: bool,
+    ) -> std::io::Result<()> {
         let shared = Arc::new(Shared::default());
         let manager = Arc::new(ConnectionManager::new());
         let pids = Arc::new(RandomPidSecretKeyGenerator::default());
@@ -218,12 +259,15 @@ impl Server {
         let max = self.options.max_connections.max(1);
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
+        let Some(listener) = self.listener.as_ref() else {
+            return Err(std::io::Error::other("the server stopped listening"));
+        };
         tracing::info!(listen = %self.local_addr(), max_connections = max, "serving");
         self.metrics.set_ready(true);
-        loop {
+        let grace = loop {
             tokio::select! {
-                _ = &mut shutdown => break,
-                accepted = self.listener.accept() => {
+                grace = &mut shutdown => break grace,
+                accepted = listener.accept() => {
                     let (socket, peer) = match accepted {
                         Ok(a) => a,
                         Err(e) => {
@@ -257,11 +301,15 @@ impl Server {
                 }
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             }
-        }
-        drop(self.listener);
+        };
         self.metrics.set_ready(false);
+        if !keep_listening {
+            if let Some(listener) = self.listener.take() {
+                drop(listener);
+            }
+        }
         tracing::info!(open = tasks.len(), "stopping: no new connections");
-        let grace = tokio::time::sleep(self.options.grace);
+        let grace = tokio::time::sleep(grace);
         tokio::pin!(grace);
         loop {
             tokio::select! {

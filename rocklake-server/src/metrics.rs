@@ -70,7 +70,8 @@ pub struct Metrics {
 /// What is read at each scrape.
 #[derive(Debug)]
 struct Live {
-    db: Arc<Database>,
+    /// The database served (a standby's changes when it becomes the writer).
+    db: Mutex<Arc<Database>>,
     sessions: Gauge,
     /// Connection id → when its open transaction began.
     transactions: Mutex<HashMap<u64, Instant>>,
@@ -80,6 +81,11 @@ struct Live {
 }
 
 impl Metrics {
+    /// Report on `db` from now on (see `Server::switch`).
+    pub(crate) fn switch(&self, db: Arc<Database>) {
+        *self.live.db.lock().unwrap_or_else(|p| p.into_inner()) = db;
+    }
+
     /// Metrics for a server of `db`.
     pub fn new(db: Arc<Database>) -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("rocklake");
@@ -128,7 +134,7 @@ impl Metrics {
             refused.clone(),
         );
         let live = Arc::new(Live {
-            db,
+            db: Mutex::new(db),
             sessions: Gauge::default(),
             transactions: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
@@ -303,7 +309,8 @@ impl Collector for Live {
                 0.0
             },
         )?;
-        let ks = self.db.keyspace();
+        let db = self.db.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let ks = db.keyspace();
         let stats = ks.commit_stats();
         counter(
             &mut encoder,
