@@ -236,6 +236,12 @@ enum Command {
         /// Serve a reader: the store's writer is not fenced, and writes are refused.
         #[arg(long)]
         read_only: bool,
+        /// Be one of two or more servers of one SlateDB store (file:// or s3://): serve reads
+        /// while another server holds the store, take it over when that writer's lease runs
+        /// out (the store URL's lease_ms, 8 s by default), and serve reads again if this one
+        /// loses its lease. Starts as the writer when no writer holds the store.
+        #[arg(long, conflicts_with = "read_only")]
+        standby: bool,
         /// The DATA_PATH shown in the printed ATTACH line.
         #[arg(long)]
         data_path: Option<String>,
@@ -340,6 +346,7 @@ async fn main_job(_json: bool) -> CliResult {
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 5433)),
         password_file: None,
         read_only: false,
+        standby: false,
         data_path: Some(format!("{}/", root.join("data").display())),
         tls: None,
         require_tls: false,
@@ -546,6 +553,7 @@ async fn run(command: Command, json: bool) -> CliResult {
             listen,
             password_file,
             read_only,
+            standby,
             data_path,
             tls_cert,
             tls_key,
@@ -563,6 +571,7 @@ async fn run(command: Command, json: bool) -> CliResult {
                 listen,
                 password_file,
                 read_only,
+                standby,
                 data_path,
                 tls: tls_cert.zip(tls_key),
                 require_tls,

@@ -11,12 +11,17 @@ use rocklake_sql::Database;
 
 use crate::CliResult;
 
+mod standby;
+
 /// What `rocklake serve` was asked for.
 pub(crate) struct ServeArgs {
     pub(crate) url: String,
     pub(crate) listen: SocketAddr,
     pub(crate) password_file: Option<std::path::PathBuf>,
     pub(crate) read_only: bool,
+    /// Serve reads while another server holds the store; take it over when that writer's lease
+    /// runs out (SlateDB stores only).
+    pub(crate) standby: bool,
     pub(crate) data_path: Option<String>,
     /// Certificate and key files (PEM) for TLS.
     pub(crate) tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
@@ -60,17 +65,17 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         (None, Ok(p)) if !p.is_empty() => Some(p),
         _ => None,
     };
+    if args.standby && !(args.url.starts_with("file://") || args.url.starts_with("s3://")) {
+        return Err(Error::InvalidArgument(format!(
+            "--standby needs a store another server can hand over (SlateDB on file:// or s3://), \
+             not {:?}",
+            args.url
+        )));
+    }
+    // A standby starts as the writer when no writer holds the store, else as a reader.
+    let start_reading = args.read_only || (args.standby && standby::held(&args.url).await?);
     // --read-only serves a reader beside the store's writer (on SlateDB it never fences it).
-    let ks = if args.read_only {
-        Keyspace::open_read_only(crate::open_for_reading(&args.url).await?).await?
-    } else {
-        Keyspace::open(crate::open_writer(&args.url).await?).await?
-    };
-    let db = Database::open(ks)
-        .await
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    db.limit_memory(args.max_memory);
-    db.limit_statement_memory(args.work_mem);
+    let db = open_database(&args, start_reading, false).await?;
     let tls = match &args.tls {
         Some((cert, key)) => Some(
             rocklake_server::tls_config(cert, key)
@@ -83,14 +88,14 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         require_tls: args.require_tls,
         listen: args.listen,
         password: password.clone(),
-        read_only: args.read_only,
+        read_only: start_reading,
         grace: Duration::from_secs(5),
         max_connections: args.max_connections,
         authentication_timeout: args.authentication_timeout,
         idle: args.idle,
     };
     let shutdown = shutdown_signal();
-    let server = Server::bind(db.clone(), options)
+    let mut server = Server::bind(db.clone(), options)
         .await
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
     let addr = server.local_addr();
@@ -122,7 +127,12 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     println!(
         "rocklake serve: {} on {addr}{}",
         args.url,
-        if args.read_only { " (read-only)" } else { "" }
+        match (args.standby, start_reading) {
+            (true, true) => " (standby: serving reads until the writer's lease runs out)",
+            (true, false) => " (writer; serving reads as a standby if it loses its lease)",
+            (false, true) => " (read-only)",
+            (false, false) => "",
+        }
     );
     println!("Paste into DuckDB 1.5 (after INSTALL ducklake; INSTALL postgres; once):");
     println!(
@@ -130,16 +140,27 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         addr.ip(),
         addr.port()
     );
+    if args.standby {
+        println!(
+            "  With a standby on another host, list both and ask for the writer: \
+             host=HOST1,HOST2 port=PORT1,PORT2 target_session_attrs=read-write"
+        );
+    }
     if let Some((at, _)) = &metrics {
         println!("Metrics: http://{at}/metrics (and /healthz, /readyz)");
     }
     println!("Stop with Ctrl-C (or SIGTERM): open transactions roll back, the store is flushed.");
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    server
-        .run(shutdown)
-        .await
-        .map_err(|e| Error::InvalidArgument(format!("server failed: {e}")))?;
+    let db = if args.standby {
+        standby::serve(&mut server, &args, db, start_reading, shutdown).await?
+    } else {
+        server
+            .run(shutdown)
+            .await
+            .map_err(|e| Error::InvalidArgument(format!("server failed: {e}")))?;
+        db
+    };
     // /readyz said 503 from the moment the server stopped accepting; the listener ends now.
     drop(metrics);
     db.close()
@@ -147,6 +168,28 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
     tracing::info!("store closed");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The store's catalog as the server serves it: a reader, or the writer (with `takeover`, one
+/// that fences whichever writer holds the store).
+async fn open_database(
+    args: &ServeArgs,
+    reading: bool,
+    takeover: bool,
+) -> Result<std::sync::Arc<Database>, Error> {
+    let ks = if reading {
+        Keyspace::open_read_only(crate::open_for_reading(&args.url).await?).await?
+    } else if takeover {
+        Keyspace::open(rocklake::open_takeover(&args.url).await?).await?
+    } else {
+        Keyspace::open(crate::open_writer(&args.url).await?).await?
+    };
+    let db = Database::open(ks)
+        .await
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    db.limit_memory(args.max_memory);
+    db.limit_statement_memory(args.work_mem);
+    Ok(db)
 }
 
 /// Ctrl-C or SIGTERM, listened for from the moment this is called: it is called before the
