@@ -300,12 +300,29 @@ impl Keyspace {
         self.inner.lease.as_ref()
     }
 
-    /// `Ok` unless this writer's lease on its store has lapsed.
-    fn check_lease(&self) -> Result<()> {
-        match &self.inner.lease {
-            Some(lease) => lease.check(),
-            None => Ok(()),
+    /// `Ok` unless this writer's lease on its store has lapsed. Given up to a successor that
+    /// took the store over, it is refused as [`Error::Fenced`], as the store itself refuses
+    /// such a writer; only run out, as [`Error::LeaseLapsed`].
+    async fn check_lease(&self) -> Result<()> {
+        let Some(lease) = &self.inner.lease else {
+            return Ok(());
+        };
+        let Err(lapsed) = lease.check() else {
+            return Ok(());
+        };
+        if !lease.taken_over() {
+            return Err(lapsed);
         }
+        let current = read_u64(self.inner.backend.as_ref(), &epoch_key())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        Err(Error::Fenced {
+            mine: self.inner.epoch.unwrap_or(0),
+            current,
+            detail: format!(": {lapsed}"),
+        })
     }
 
     pub(crate) fn writer_epoch(&self) -> Result<u64> {
@@ -334,7 +351,7 @@ impl Keyspace {
         durability: Durability,
     ) -> Result<()> {
         let epoch = self.writer_epoch()?;
-        self.check_lease()?;
+        self.check_lease().await?;
         let ekey = epoch_key();
         batch.expect(
             ekey.clone(),
@@ -379,7 +396,7 @@ impl Keyspace {
     /// makes it durable.
     /// With [`Durability::Buffered`] a commit is visible once applied, as that mode promises.
     pub async fn committed_view(&self) -> Result<Arc<dyn ReadView>> {
-        self.check_lease()?;
+        self.check_lease().await?;
         let view = self.inner.backend.view().await?;
         if self.inner.options.durability != Durability::Durable {
             return Ok(view);

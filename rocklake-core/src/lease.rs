@@ -33,6 +33,8 @@ pub struct Lease {
     /// The lease ends at `base` plus this many nanoseconds.
     until: AtomicU64,
     lost: AtomicBool,
+    /// Given up because a successor took the store over (not only run out).
+    taken: AtomicBool,
     /// Why it was given up, once it was.
     why: std::sync::Mutex<String>,
     changed: Notify,
@@ -46,6 +48,7 @@ impl Lease {
             base,
             until: AtomicU64::new(until.saturating_duration_since(base).as_nanos() as u64),
             lost: AtomicBool::new(false),
+            taken: AtomicBool::new(false),
             why: std::sync::Mutex::new(String::new()),
             changed: Notify::new(),
         }
@@ -77,8 +80,11 @@ impl Lease {
     /// came after it, as it should.
     pub fn lose(&self, why: impl Into<String>) {
         let ran_out = self.until.load(Ordering::Acquire) <= self.nanos(Instant::now());
+        let why = why.into();
+        if !why.is_empty() {
+            self.taken.store(true, Ordering::Release);
+        }
         if !self.lost.swap(true, Ordering::AcqRel) {
-            let why = why.into();
             *self.why.lock().unwrap_or_else(|p| p.into_inner()) = match (ran_out, why.is_empty()) {
                 (false, _) => why,
                 (true, true) => RAN_OUT.to_string(),
@@ -86,6 +92,12 @@ impl Lease {
             };
         }
         self.changed.notify_waiters();
+    }
+
+    /// Whether it was given up because a successor took the store over (a commit refused for
+    /// that is refused as fenced), rather than only run out.
+    pub fn taken_over(&self) -> bool {
+        self.taken.load(Ordering::Acquire)
     }
 
     /// How long the lease still runs; `None` once it has ended or was given up.
@@ -165,6 +177,7 @@ mod tests {
             panic!("lost")
         };
         assert_eq!(why, "a successor took over");
+        assert!(lease.taken_over());
         lease.lapsed().await;
 
         // Lost after it ran out: it says it ran out first.

@@ -459,7 +459,7 @@ impl Claim {
         })
     }
 
-    /// For a takeover, right after [`Claim::start`]: wait an eighth of the lease (at least
+    /// For a standby's takeover, right after [`Claim::start`]: wait an eighth of the lease (at least
     /// 100 ms) and read the record back. Another standby that judged the store free in the same
     /// moment wrote its own claim meanwhile (a standby writes its claim within moments of
     /// reading the stale record), and of two such claims only the last written is still there:

@@ -18,7 +18,8 @@
 //! [`SlateOptions::reader_checkpoint`]). `simulate_latency_ms=N` makes every request to the
 //! object store wait N ms first, as a remote bucket's round trip does (see
 //! [`SlateOptions::simulate_latency`]): for measuring what a real bucket would cost on a
-//! local folder or emulator, never for serving.
+//! local folder or emulator, never for serving. `lease_ms=N` sets a writer's lease (see
+//! [`SlateOptions::lease`] and [`holder`]'s "Lease"; a reader ignores it).
 //!
 //! # Reading beside a running writer
 //!
@@ -109,6 +110,18 @@ pub fn map_err(doing: &str, e: slatedb::Error) -> Error {
     }
 }
 
+/// [`open_url_with`] with takeover, for a standby whose writer's lease ran out
+/// (`rocklake serve --standby`): the claim is read back before the open
+/// ([`SlateOptions::confirm_claim`]).
+pub async fn open_url_as_standby(url: &str) -> Result<Arc<SlateBackend>> {
+    let (location, mut options) = parse_url(url)?;
+    options.takeover = true;
+    options.confirm_claim = true;
+    Ok(Arc::new(EngineBackend::new(
+        SlateEngine::open(location, options).await?,
+    )))
+}
+
 /// Where a SlateDB catalog lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Location {
@@ -186,6 +199,12 @@ pub struct SlateOptions {
     /// for 1.25 times the lease the record states. A shorter lease means a faster failover
     /// and more writes of the record (one per quarter lease).
     pub lease: Duration,
+    /// Writer only, with [`SlateOptions::takeover`]: after claiming the holder record, wait an
+    /// eighth of the lease (at least 100 ms) and read it back before opening, so that of two
+    /// standbys taking the store over in the same moment only one opens it (see
+    /// [`holder::Claim::confirm`]). Set by [`open_url_as_standby`]; a plain takeover does not
+    /// wait.
+    pub confirm_claim: bool,
 }
 
 impl Default for SlateOptions {
@@ -201,6 +220,7 @@ impl Default for SlateOptions {
             simulate_latency: None,
             takeover: false,
             lease: holder::DEFAULT_LEASE,
+            confirm_claim: false,
         }
     }
 }
@@ -468,7 +488,7 @@ impl SlateEngine {
             let claim =
                 holder::Claim::start(store.clone(), record, shown, generation, options.lease)
                     .await?;
-            if options.takeover {
+            if options.takeover && options.confirm_claim {
                 if let Err(e) = claim.confirm().await {
                     claim.release().await;
                     return Err(e);

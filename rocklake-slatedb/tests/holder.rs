@@ -189,7 +189,7 @@ async fn records_of_writers_that_are_gone_do_not_lock_the_store() {
 
 /// The lease (`lease_ms`): a standby watching the record does not judge a working writer gone;
 /// a takeover makes the old writer give its lease up at its next beat, after which its key
-/// space refuses every transaction and commit; and a writer whose record stops changing (the
+/// space refuses every transaction and commit as fenced; and a writer whose record stops changing (the
 /// heartbeat held, as a paused or cut-off process's is) is judged gone after 1.25 leases, by
 /// which time its own lease has run out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,11 +221,12 @@ async fn a_standby_waits_out_the_writers_lease_and_a_takeover_ends_it() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(!lease.is_held(), "the fenced writer still holds its lease");
+    // Refused as fenced (a successor took the store over), saying why.
     let e = ks
         .begin()
         .await
         .expect_err("a writer without its lease answers nothing");
-    assert_eq!(e.kind(), ErrorKind::LeaseLapsed, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Fenced, "{e}");
     assert!(
         e.to_string().contains("another writer took the store over"),
         "{e}"

@@ -180,7 +180,7 @@ async fn open_database(
     let ks = if reading {
         Keyspace::open_read_only(crate::open_for_reading(&args.url).await?).await?
     } else if takeover {
-        Keyspace::open(rocklake::open_takeover(&args.url).await?).await?
+        Keyspace::open(standby::takeover_backend(&args.url).await?).await?
     } else {
         Keyspace::open(crate::open_writer(&args.url).await?).await?
     };

@@ -38,6 +38,23 @@ pub(super) async fn held(url: &str) -> Result<bool, Error> {
     }
 }
 
+/// The store opened as writer by a standby whose writer's lease ran out: a takeover that
+/// reads its claim back first, so two standbys do not both open it.
+pub(super) async fn takeover_backend(url: &str) -> Result<Arc<dyn rocklake::KvBackend>, Error> {
+    #[cfg(feature = "slatedb")]
+    {
+        let b: Arc<dyn rocklake::KvBackend> =
+            rocklake::rocklake_slatedb::open_url_as_standby(url).await?;
+        Ok(b)
+    }
+    #[cfg(not(feature = "slatedb"))]
+    {
+        Err(Error::Unsupported(format!(
+            "{url:?}: --standby needs SlateDB, which this binary was built without"
+        )))
+    }
+}
+
 /// Until the writer of `url` is gone.
 async fn vacancy(url: &str) -> Result<(), Error> {
     #[cfg(feature = "slatedb")]
