@@ -300,6 +300,16 @@ impl Keyspace {
         self.inner.lease.as_ref()
     }
 
+    /// The writer epoch the store holds now, for a fenced writer's refusal (0 when it cannot be
+    /// read: the engine may refuse a fenced writer's reads too).
+    async fn epoch_in_store(&self) -> u64 {
+        read_u64(self.inner.backend.as_ref(), &epoch_key())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
     /// `Ok` unless this writer's lease on its store has lapsed. Given up to a successor that
     /// took the store over, it is refused as [`Error::Fenced`], as the store itself refuses
     /// such a writer; only run out, as [`Error::LeaseLapsed`].
@@ -313,11 +323,7 @@ impl Keyspace {
         if !lease.taken_over() {
             return Err(lapsed);
         }
-        let current = read_u64(self.inner.backend.as_ref(), &epoch_key())
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(0);
+        let current = self.epoch_in_store().await;
         Err(Error::Fenced {
             mine: self.inner.epoch.unwrap_or(0),
             current,
@@ -360,11 +366,7 @@ impl Keyspace {
         match self.inner.backend.write(batch, durability).await {
             Ok(()) => Ok(()),
             Err(Error::ConditionFailed { raw_key, .. }) if raw_key == ekey => {
-                let current = read_u64(self.inner.backend.as_ref(), &ekey)
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or(0);
+                let current = self.epoch_in_store().await;
                 Err(Error::Fenced {
                     mine: epoch,
                     current,
