@@ -37,6 +37,24 @@ struct SystemAnswer {
     batches: Vec<RecordBatch>,
 }
 
+/// The databases of a server that serves several, each a [`Database`] on a store of its own
+/// (what `CREATE DATABASE` adds to and `pg_database` lists). The server sets it on each of
+/// its databases with [`Database::serve_among`]; a database alone has none, and refuses
+/// `CREATE DATABASE`.
+#[async_trait::async_trait]
+pub trait Databases: Send + Sync + std::fmt::Debug {
+    /// Every database's name, sorted.
+    fn names(&self) -> Vec<String>;
+    /// The database named `name`, if there is one.
+    fn get(&self, name: &str) -> Option<Arc<Database>>;
+    /// A number that changes whenever a database is added or removed (answers of
+    /// `pg_database` are kept only while it stays).
+    fn generation(&self) -> u64;
+    /// Add the database `name` (already folded as PostgreSQL folds identifiers): an empty
+    /// catalog in a store of its own. Refused with `42P04` when it exists.
+    async fn create(&self, name: &str) -> Result<()>;
+}
+
 /// The shared state of every session on one store.
 pub struct Database {
     keyspace: Keyspace,
@@ -63,6 +81,8 @@ pub struct Database {
     /// The most one session's statement may hold of `memory` at once (0: no bound of its
     /// own; see [`Database::limit_statement_memory`]).
     statement_memory: AtomicUsize,
+    /// The server's databases, when it serves several (see [`Databases`]).
+    databases: RwLock<Option<std::sync::Weak<dyn Databases>>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -90,6 +110,7 @@ impl Database {
             parses: ParseCache::default(),
             memory: RwLock::new(Arc::new(UnboundedMemoryPool::default())),
             statement_memory: AtomicUsize::new(0),
+            databases: RwLock::new(None),
         });
         if fresh && db.keyspace.epoch().is_some() {
             // One batch under a freshly issued relation id, with the "still absent" condition
@@ -122,6 +143,12 @@ impl Database {
                 FairSpillPool::new(bytes),
                 std::num::NonZeroUsize::new(3).expect("3 is not zero"),
             ));
+    }
+
+    /// Reserve from `pool` (another database's [`Database::memory_pool`]), so that the
+    /// databases of one server share one bound. Call before the first session.
+    pub fn share_memory_pool(&self, pool: Arc<dyn MemoryPool>) {
+        *self.memory.write().unwrap_or_else(|e| e.into_inner()) = pool;
     }
 
     /// Bound what one statement of a session created from now on may hold of the memory
@@ -269,6 +296,20 @@ impl Database {
                 batches: answer.1,
             },
         );
+    }
+
+    /// Serve this database as one of `databases` (weakly held: they hold their databases).
+    pub fn serve_among(&self, databases: std::sync::Weak<dyn Databases>) {
+        *self.databases.write().unwrap_or_else(|e| e.into_inner()) = Some(databases);
+    }
+
+    /// The server's databases, when it serves several and still runs.
+    pub fn databases(&self) -> Option<Arc<dyn Databases>> {
+        self.databases
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)
     }
 
     /// How many times the catalog has been read whole from the store (once on open).

@@ -87,6 +87,16 @@ pub mod state {
     pub const OUT_OF_MEMORY: &str = "53200";
     /// `72000` snapshot_too_old (a sled view let go past the bound on views' memory).
     pub const SNAPSHOT_TOO_OLD: &str = "72000";
+    /// `3D000` invalid_catalog_name (a database that does not exist).
+    pub const INVALID_CATALOG_NAME: &str = "3D000";
+    /// `42P04` duplicate_database.
+    pub const DUPLICATE_DATABASE: &str = "42P04";
+    /// `25001` active_sql_transaction (a statement that cannot run in a transaction block).
+    pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+    /// `55006` object_in_use (a database others are connected to).
+    pub const OBJECT_IN_USE: &str = "55006";
+    /// `42602` invalid_name.
+    pub const INVALID_NAME: &str = "42602";
     /// `XX000` internal_error.
     pub const INTERNAL: &str = "XX000";
     /// `XX001` data_corrupted.

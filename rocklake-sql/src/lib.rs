@@ -66,7 +66,7 @@ pub mod session;
 
 pub use copy::CopyFormat;
 pub use datafusion;
-pub use db::Database;
+pub use db::{Database, Databases};
 pub use direct::DirectMode;
 pub use error::{Result, SqlError};
 pub use phases::{Phase, PhaseSnapshot};

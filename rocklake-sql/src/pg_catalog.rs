@@ -113,10 +113,12 @@ fn schema_oid(cat: &Catalog, name: &str) -> i64 {
 
 /// The `pg_catalog` table `name`, built from `cat`; `None` for a table this server does not
 /// answer.
+/// `database` is the one connected to; `databases` lists every database of the server.
 pub fn pg_catalog_table(
     cat: &Catalog,
     name: &str,
     database: &str,
+    databases: &dyn Fn() -> Vec<String>,
 ) -> DfResult<Option<Arc<dyn TableProvider>>> {
     let tables: Vec<&Arc<RelDef>> = cat.tables.values().collect();
     let t =
@@ -392,10 +394,26 @@ pub fn pg_catalog_table(
                     ],
                 )?
             }
-            "pg_database" => table(
-                vec![oidf("oid"), namef("datname")],
-                vec![i64s(vec![16_383]), s(vec![database.to_string()])],
-            )?,
+            "pg_database" => {
+                let names = databases();
+                // The one connected to keeps the oid a server of one gives it.
+                let mut next = 16_384;
+                let oids = names
+                    .iter()
+                    .map(|n| {
+                        if n == database {
+                            16_383
+                        } else {
+                            next += 1;
+                            next - 1
+                        }
+                    })
+                    .collect();
+                table(
+                    vec![oidf("oid"), namef("datname")],
+                    vec![i64s(oids), s(names)],
+                )?
+            }
             _ => return Ok(None),
         };
     Ok(Some(t))

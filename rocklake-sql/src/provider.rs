@@ -51,6 +51,8 @@ pub struct Shared {
     pub direct_runs: AtomicU64,
     /// Queries answered from the database's kept answers of system-catalog queries.
     pub system_answers_reused: AtomicU64,
+    /// The server's databases, when it serves several (`pg_database` lists them).
+    pub databases: Option<std::sync::Weak<dyn crate::db::Databases>>,
 }
 
 impl Shared {
@@ -72,6 +74,23 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Every database of the server, sorted (the one connected to alone on a server of one).
+    pub fn database_names(&self) -> Vec<String> {
+        match self.databases.as_ref().and_then(std::sync::Weak::upgrade) {
+            Some(d) => d.names(),
+            None => vec![self.database_name()],
+        }
+    }
+
+    /// What names the session's view of the system catalogs: the database connected to and,
+    /// on a server of several, which of them exist (see [`crate::Databases::generation`]).
+    pub fn system_view_name(&self) -> String {
+        match self.databases.as_ref().and_then(std::sync::Weak::upgrade) {
+            Some(d) => format!("{}\0{}", self.database_name(), d.generation()),
+            None => self.database_name(),
+        }
     }
 }
 
@@ -130,7 +149,9 @@ impl SchemaProvider for RockSchema {
         // As in PostgreSQL, whose search path starts with pg_catalog: an unqualified
         // `pg_class` is the system catalog's.
         if PG_CATALOG_TABLES.contains(&name) {
-            return pg_catalog_table(&cat, name, &self.shared.database_name());
+            return pg_catalog_table(&cat, name, &self.shared.database_name(), &|| {
+                self.shared.database_names()
+            });
         }
         let Some(rel) = cat.tables.get(&(self.name.clone(), name.to_string())) else {
             return Ok(None);
@@ -267,7 +288,7 @@ impl SchemaProvider for PgCatalogSchema {
         if self.information_schema {
             information_schema_table(&cat, name, &db)
         } else {
-            pg_catalog_table(&cat, name, &db)
+            pg_catalog_table(&cat, name, &db, &|| self.shared.database_names())
         }
     }
 

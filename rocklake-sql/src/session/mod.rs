@@ -25,8 +25,8 @@ use datafusion::execution::context::{SessionConfig, SessionContext, SessionState
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
 use datafusion::sql::planner::NullOrdering;
 use datafusion::sql::sqlparser::ast::{
-    CopySource, CopyTarget, Expr, ObjectName, SetExpr, Statement, TransactionAccessMode,
-    TransactionMode,
+    CopySource, CopyTarget, Expr, ObjectName, ObjectType, SetExpr, Statement,
+    TransactionAccessMode, TransactionMode,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -47,6 +47,7 @@ use crate::rewrite::{bind_parameters, calls_function, rewrite_casts};
 use crate::txn::Txn;
 use crate::types::SqlType;
 
+mod databases;
 mod ddl;
 mod describe;
 mod query;
@@ -252,7 +253,10 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// A new session on `db`.
     pub fn new(db: Arc<Database>) -> Session {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            databases: db.databases().as_ref().map(Arc::downgrade),
+            ..Shared::default()
+        });
         *shared.catalog.lock().unwrap_or_else(|e| e.into_inner()) = db.catalog();
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema("rocklake", "public")
@@ -868,6 +872,11 @@ impl Session {
                 self.ensure_txn().await?;
                 self.delete(&stmt, String::new()).await
             }
+            Statement::CreateDatabase { .. } => self.create_database(stmt).await,
+            Statement::Drop {
+                object_type: ObjectType::Database,
+                ..
+            } => self.drop_database(),
             Statement::CreateTable(_) | Statement::CreateSchema { .. } | Statement::Drop { .. } => {
                 self.ensure_txn().await?;
                 self.ddl(stmt).await

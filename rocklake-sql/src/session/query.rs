@@ -137,7 +137,7 @@ impl Session {
         // changes: the database keeps it.
         let catalog = self.shared.current_catalog();
         let key = (!ctid && reads_system_catalogs_only(&q, &catalog))
-            .then(|| format!("{}\0{q}", self.shared.database_name()));
+            .then(|| format!("{}\0{q}", self.shared.system_view_name()));
         if let Some(hit) = key
             .as_ref()
             .and_then(|k| self.db.system_answer(k, &catalog))
