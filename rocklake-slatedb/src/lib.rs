@@ -400,6 +400,51 @@ pub async fn await_vacancy(url: &str) -> Result<Option<holder::Record>> {
     holder::await_vacancy(store.as_ref(), &record, &location).await
 }
 
+/// What lies under the folder or prefix `url` names (`file://` or `s3://`): whether it is
+/// a store itself, and the names of the folders (prefixes) right under it that each hold a
+/// store, sorted. A folder that does not exist yet is made, empty.
+pub async fn stores_under(url: &str) -> Result<(bool, Vec<String>)> {
+    let (location, options) = parse_url(url)?;
+    if location == Location::Memory {
+        return Err(Error::InvalidArgument(format!(
+            "{url:?}: a memory:// store holds no other stores"
+        )));
+    }
+    let (store, db_path) = object_store_for(&location)?;
+    let store = reached(store, &options);
+    // The folder (prefix) the URL names, inside the object store.
+    let root = db_path
+        .strip_suffix(DB_PATH)
+        .unwrap_or_default()
+        .trim_end_matches('/')
+        .to_string();
+    let listed = |at: String| {
+        let store = store.clone();
+        async move {
+            let at = (!at.is_empty()).then(|| object_store::path::Path::from(at));
+            store
+                .list_with_delimiter(at.as_ref())
+                .await
+                .map_err(|e| Error::engine("slatedb", format!("listing {url}"), e))
+        }
+    };
+    let holds_store = |l: &object_store::ListResult| {
+        l.common_prefixes
+            .iter()
+            .any(|p| p.filename() == Some(DB_PATH))
+    };
+    let top = listed(root.clone()).await?;
+    let mut names = Vec::new();
+    for p in &top.common_prefixes {
+        let Some(name) = p.filename() else { continue };
+        if name != DB_PATH && holds_store(&listed(p.to_string()).await?) {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    Ok((holds_store(&top), names))
+}
+
 /// The holder record of the store `url` names, as it is now: `None` when no writer holds it.
 pub async fn holder_of(url: &str) -> Result<Option<holder::Record>> {
     let (store, record, location) = holder_record(url)?;
