@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use pgwire::api::{ConnectionManager, RandomPidSecretKeyGenerator};
 use pgwire::tokio::tokio_rustls::{self, rustls};
-use rocklake_sql::Database;
+use rocklake_sql::{Database, Databases};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -144,11 +144,19 @@ pub enum ServerError {
     },
 }
 
+/// What a server serves: one database, whatever name a client gives, or several, each
+/// under its own name (an unknown name refused with `3D000`, as PostgreSQL refuses it).
+#[derive(Clone, Debug)]
+pub(crate) enum Served {
+    One(Arc<Database>),
+    Many(Arc<dyn Databases>),
+}
+
 /// A bound server, ready to [`run`](Server::run).
 pub struct Server {
     /// `None` once [`Server::run`] stopped listening.
     listener: Option<TcpListener>,
-    db: Arc<Database>,
+    db: Served,
     options: ServerOptions,
     password: Option<Arc<PasswordSource>>,
     metrics: Arc<Metrics>,
@@ -163,8 +171,22 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Bind `options.listen` (port 0 picks a free one) for `db`.
+    /// Bind `options.listen` (port 0 picks a free one) for `db`, served under any database
+    /// name a client gives.
     pub async fn bind(db: Arc<Database>, options: ServerOptions) -> Result<Server, ServerError> {
+        Server::bind_serving(Served::One(db), options).await
+    }
+
+    /// Bind `options.listen` for several databases, each served under its name: a client
+    /// that names another is refused once authenticated with PostgreSQL's FATAL `3D000`.
+    pub async fn bind_databases(
+        databases: Arc<dyn Databases>,
+        options: ServerOptions,
+    ) -> Result<Server, ServerError> {
+        Server::bind_serving(Served::Many(databases), options).await
+    }
+
+    async fn bind_serving(db: Served, options: ServerOptions) -> Result<Server, ServerError> {
         if options.password.is_none() && !options.listen.ip().is_loopback() {
             return Err(ServerError::TrustOffLoopback(options.listen));
         }
@@ -184,7 +206,7 @@ impl Server {
             .map(|p| Arc::new(PasswordSource::new(p)));
         Ok(Server {
             listener: Some(listener),
-            metrics: Metrics::new(db.clone()),
+            metrics: Metrics::serving(db.clone()),
             db,
             options,
             password,
@@ -236,7 +258,7 @@ impl Server {
     /// [`ServerOptions::read_only`].
     pub fn switch(&mut self, db: Arc<Database>, read_only: bool) {
         self.metrics.switch(db.clone());
-        self.db = db;
+        self.db = Served::One(db);
         self.options.read_only = read_only;
     }
 
@@ -340,7 +362,7 @@ fn keepalive() -> socket2::TcpKeepalive {
 
 /// One accepted socket and what it needs from the server.
 struct Connection {
-    db: Arc<Database>,
+    db: Served,
     shared: Arc<Shared>,
     params: Arc<handler::Params>,
     manager: Arc<ConnectionManager>,
@@ -417,6 +439,42 @@ impl Connection {
                 return;
             }
         }
+        // The database the client names. An unknown one is refused once the client is
+        // authenticated, as PostgreSQL refuses it (so that a client without the password
+        // learns nothing of which exist): without a password, at once after
+        // AuthenticationOk; with one, by the relay, which passes pgwire nothing but the
+        // password exchange and puts the refusal in place of what follows its
+        // AuthenticationOk. The session of such a connection never runs a statement.
+        let (db, unknown) = match &self.db {
+            Served::One(db) => (db.clone(), None),
+            Served::Many(many) => {
+                let name = relay::startup_database(&started.first);
+                match many.get(&name) {
+                    Some(db) => (db, None),
+                    None if started.cancel => match any_database(many.as_ref()) {
+                        Some(db) => (db, None),
+                        None => return,
+                    },
+                    None => {
+                        let why = format!("database \"{name}\" does not exist");
+                        let placeholder = any_database(many.as_ref());
+                        match (&self.password, placeholder) {
+                            (Some(_), Some(db)) => (db, Some(why)),
+                            _ => {
+                                self.metrics.refused("unknown_database");
+                                let before = if self.password.is_none() {
+                                    relay::AUTHENTICATION_OK
+                                } else {
+                                    &[]
+                                };
+                                relay::refuse_after(started.stream, before, "3D000", &why).await;
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        };
         // pgwire reads from one end of a socket pair; the relay checks every message the
         // client sends before passing it on (see `relay`).
         let (outer, inner) = match tokio::net::UnixStream::pair() {
@@ -432,7 +490,7 @@ impl Connection {
         let (idle, idle_limits) = tokio::sync::watch::channel(self.idle);
         let handlers = handler::Handlers {
             conn: Arc::new(handler::Conn::new(
-                self.db.clone(),
+                db,
                 peer,
                 idle,
                 self.idle,
@@ -454,6 +512,14 @@ impl Connection {
                 done: logged_in,
             },
             idle_limits,
+            unknown.map(|message| {
+                let metrics = self.metrics.clone();
+                relay::Refusal {
+                    code: "3D000",
+                    message,
+                    counted: Box::new(move || metrics.refused("unknown_database")),
+                }
+            }),
         );
         let served = pgwire::tokio::process_socket_unix(inner, handlers);
         let (r, s) = tokio::join!(checked, served);
@@ -468,6 +534,12 @@ impl Connection {
             );
         }
     }
+}
+
+/// Some database of `many`, for a connection that will not use it (a cancel request, or a
+/// login to refuse once its password is checked).
+fn any_database(many: &dyn Databases) -> Option<Arc<Database>> {
+    many.names().iter().find_map(|n| many.get(n))
 }
 
 /// What the server shares across its connections.

@@ -70,8 +70,9 @@ pub struct Metrics {
 /// What is read at each scrape.
 #[derive(Debug)]
 struct Live {
-    /// The database served (a standby's changes when it becomes the writer).
-    db: Mutex<Arc<Database>>,
+    /// The database served (a standby's changes when it becomes the writer), or the
+    /// databases.
+    db: Mutex<crate::Served>,
     sessions: Gauge,
     /// Connection id → when its open transaction began.
     transactions: Mutex<HashMap<u64, Instant>>,
@@ -83,11 +84,21 @@ struct Live {
 impl Metrics {
     /// Report on `db` from now on (see `Server::switch`).
     pub(crate) fn switch(&self, db: Arc<Database>) {
-        *self.live.db.lock().unwrap_or_else(|p| p.into_inner()) = db;
+        *self.live.db.lock().unwrap_or_else(|p| p.into_inner()) = crate::Served::One(db);
     }
 
     /// Metrics for a server of `db`.
     pub fn new(db: Arc<Database>) -> Arc<Metrics> {
+        Metrics::serving(crate::Served::One(db))
+    }
+
+    /// Metrics for a server of several databases: the store's figures of each carry a
+    /// `database` label.
+    pub fn of_databases(databases: Arc<dyn rocklake_sql::Databases>) -> Arc<Metrics> {
+        Metrics::serving(crate::Served::Many(databases))
+    }
+
+    pub(crate) fn serving(db: crate::Served) -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("rocklake");
         let statements = Family::<StatementLabels, Counter>::default();
         registry.register(
@@ -267,11 +278,6 @@ impl Collector for Live {
             let m = encoder.encode_descriptor(name, help, unit, g.metric_type())?;
             g.encode(m)
         };
-        let counter = |encoder: &mut DescriptorEncoder, name: &str, help: &str, v: u64| {
-            let c = ConstCounter::new(v);
-            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
-            c.encode(m)
-        };
         let sessions = self.sessions.get();
         gauge(
             &mut encoder,
@@ -309,58 +315,93 @@ impl Collector for Live {
                 0.0
             },
         )?;
-        let db = self.db.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let ks = db.keyspace();
-        let stats = ks.commit_stats();
-        counter(
-            &mut encoder,
-            "commits",
-            "Commits that wrote to the store (applied; durable or about to be)",
-            stats.applied,
-        )?;
-        counter(
-            &mut encoder,
-            "durable_commits",
-            "Commits the store has made durable",
-            stats.durable,
-        )?;
-        // The group commit: how many commits each durable flush covered.
-        let f = stats.flushes;
-        // The encoder adds the buckets up itself: each gets only its own flushes.
-        let bounds = rocklake_core::group_commit::FLUSH_SIZE_BOUNDS;
-        let mut below = 0;
-        let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(bounds.len() + 1);
-        for (bound, upto) in bounds.iter().zip(f.covering) {
-            buckets.push((*bound as f64, upto - below));
-            below = upto;
+        // Each database served, with its label on a server of several.
+        let served = self.db.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let stores: Vec<(Option<String>, Arc<Database>)> = match served {
+            crate::Served::One(db) => vec![(None, db)],
+            crate::Served::Many(d) => d
+                .names()
+                .into_iter()
+                .filter_map(|n| d.get(&n).map(|db| (Some(n), db)))
+                .collect(),
+        };
+        let labels = |name: &Option<String>| -> Vec<(String, String)> {
+            name.iter()
+                .map(|n| ("database".to_string(), n.clone()))
+                .collect()
+        };
+        let stats: Vec<_> = stores
+            .iter()
+            .map(|(_, db)| db.keyspace().commit_stats())
+            .collect();
+        for (name, help, value) in [
+            (
+                "commits",
+                "Commits that wrote to the store (applied; durable or about to be)",
+                &(|s: &rocklake_core::CommitStats| s.applied) as &dyn Fn(_) -> u64,
+            ),
+            (
+                "durable_commits",
+                "Commits the store has made durable",
+                &|s: &rocklake_core::CommitStats| s.durable,
+            ),
+        ] {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            if let [(None, _)] = stores.as_slice() {
+                ConstCounter::new(value(&stats[0])).encode(m)?;
+                continue;
+            }
+            for ((db_name, _), s) in stores.iter().zip(&stats) {
+                ConstCounter::new(value(s)).encode(m.encode_family(&labels(db_name))?)?;
+            }
         }
-        // `f64::MAX` is what the encoder writes as `+Inf`.
-        buckets.push((f64::MAX, f.flushes - below));
+        // The group commit: how many commits each durable flush covered.
         let mut m = encoder.encode_descriptor(
             "group_commit_size",
             "Commits covered by each durable flush of the store (one fsync or WAL write)",
             None,
             MetricType::Histogram,
         )?;
-        m.encode_histogram::<NoLabelSet>(f.batches as f64, f.flushes, &buckets, None)?;
-        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-        struct Info {
-            engine: String,
-            read_only: String,
+        let single = matches!(stores.as_slice(), [(None, _)]);
+        for ((db_name, _), s) in stores.iter().zip(&stats) {
+            let f = &s.flushes;
+            // The encoder adds the buckets up itself: each gets only its own flushes.
+            let bounds = rocklake_core::group_commit::FLUSH_SIZE_BOUNDS;
+            let mut below = 0;
+            let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(bounds.len() + 1);
+            for (bound, upto) in bounds.iter().zip(f.covering) {
+                buckets.push((*bound as f64, upto - below));
+                below = upto;
+            }
+            // `f64::MAX` is what the encoder writes as `+Inf`.
+            buckets.push((f64::MAX, f.flushes - below));
+            if single {
+                m.encode_histogram::<NoLabelSet>(f.batches as f64, f.flushes, &buckets, None)?;
+                break;
+            }
+            m.encode_family(&labels(db_name))?
+                .encode_histogram::<NoLabelSet>(f.batches as f64, f.flushes, &buckets, None)?;
         }
-        let info = Info {
-            engine: ks.backend().engine().to_string(),
-            read_only: (ks.epoch().is_none()).to_string(),
-        };
-        let g = ConstGauge::new(1i64);
         let mut m = encoder.encode_descriptor(
             "store",
-            "The store the server serves (its engine; read_only for a reader)",
+            "The store the server serves (its engine; read_only for a reader; database on a \
+             server of several)",
             None,
             MetricType::Gauge,
         )?;
-        g.encode(m.encode_family(&info)?)?;
-        encode_engine_stats(&mut encoder, ks.backend().engine_stats())
+        let mut engine_stats = Vec::new();
+        for (db_name, db) in &stores {
+            let ks = db.keyspace();
+            let mut info = labels(db_name);
+            info.push(("engine".into(), ks.backend().engine().to_string()));
+            info.push(("read_only".into(), ks.epoch().is_none().to_string()));
+            ConstGauge::new(1i64).encode(m.encode_family(&info)?)?;
+            for mut stat in ks.backend().engine_stats() {
+                stat.labels.splice(0..0, labels(db_name));
+                engine_stats.push(stat);
+            }
+        }
+        encode_engine_stats(&mut encoder, engine_stats)
     }
 }
 

@@ -186,6 +186,11 @@ async fn startup<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, tls: &Tls) -> io:
 /// One that keeps the server waiting for its next message longer than `idle` allows is
 /// closed as PostgreSQL's `idle_in_transaction_session_timeout` and `idle_session_timeout`
 /// close it (see [`Ready`]).
+///
+/// With `refuse_at_login`, only the password exchange reaches
+/// pgwire, and once the client is authenticated the refusal takes the place of whatever
+/// follows AuthenticationOk: the connection ends there, as PostgreSQL ends a login to a
+/// database that does not exist.
 pub(crate) async fn serve(
     stream: Box<dyn Stream>,
     inner: UnixStream,
@@ -193,7 +198,9 @@ pub(crate) async fn serve(
     first: Vec<u8>,
     login: Login,
     mut idle: watch::Receiver<IdleLimits>,
+    mut refuse_at_login: Option<Refusal>,
 ) -> io::Result<()> {
+    let only_login = refuse_at_login.is_some();
     let (mut inner_read, mut inner_write) = inner.into_split();
     inner_write.write_all(&first).await?;
     let (tcp_read, mut tcp_write) = tokio::io::split(stream);
@@ -211,11 +218,17 @@ pub(crate) async fn serve(
             };
             // Counted before the client has them, so that what it sends in answer is read
             // knowing them (a CopyInResponse changes what it may send).
-            let mut fatal = None;
+            let (mut fatal, mut logged_in) = (None, false);
             scan.feed(&buf[..n], |seen| match seen {
                 Seen::Fatal(end) => {
                     fatal.get_or_insert(end);
                 }
+                // A login that is to be refused: nothing after its AuthenticationOk.
+                Seen::AuthenticationOk(end) if refuse_at_login.is_some() && fatal.is_none() => {
+                    fatal = Some(end);
+                    logged_in = true;
+                }
+                Seen::AuthenticationOk(_) => {}
                 _ if fatal.is_some() => {}
                 Seen::Ready(status) => ready_tx.send_modify(|r| {
                     r.count += 1;
@@ -231,6 +244,13 @@ pub(crate) async fn serve(
                 .is_err()
                 || fatal.is_some()
             {
+                if let (true, Some(r)) = (logged_in, refuse_at_login.take()) {
+                    tracing::info!(code = r.code, error = %r.message, "refusing a connection");
+                    (r.counted)();
+                    let _ = tcp_write
+                        .write_all(&error_response(r.code, &r.message))
+                        .await;
+                }
                 break;
             }
         }
@@ -347,6 +367,16 @@ pub(crate) async fn serve(
                 }
             }
         }
+        // A login to be refused gets nothing to pgwire but its password exchange.
+        if only_login && kind != b'p' {
+            break Some(closing(
+                "08P01",
+                &format!(
+                    "expected password response, got message type {}",
+                    shown(kind)
+                ),
+            ));
+        }
         let first_password = kind == b'p' && passwords == 0 && password;
         if kind == b'p' {
             passwords += 1;
@@ -391,6 +421,15 @@ pub(crate) async fn serve(
     Ok(())
 }
 
+/// How a login is refused once the client is authenticated (see [`serve`]).
+pub(crate) struct Refusal {
+    /// The SQLSTATE.
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+    /// Called when the refusal is sent (a wrong password ends the login before it).
+    pub(crate) counted: Box<dyn FnOnce() + Send>,
+}
+
 /// PostgreSQL's answer when `idle_session_timeout` runs out.
 const IDLE_SESSION: (&str, &str) = (
     "57P05",
@@ -427,6 +466,8 @@ enum Seen {
     /// The end of a FATAL ErrorResponse: its last byte is just before this offset of the
     /// chunk fed. PostgreSQL sends nothing after a FATAL error and closes the connection.
     Fatal(usize),
+    /// The end of an AuthenticationOk (the client is in), as for `Fatal`.
+    AuthenticationOk(usize),
 }
 
 /// Finds the ReadyForQuery and CopyInResponse messages in the server's byte stream (one message may arrive in
@@ -467,6 +508,14 @@ impl Scanner {
                 b = &b[n..];
                 if self.left == 0 && self.head[0] == b'E' && &self.start == FATAL_START {
                     seen(Seen::Fatal(chunk.len() - b.len()));
+                }
+                // An authentication request's body is its code; 0 is AuthenticationOk.
+                if self.left == 0
+                    && self.head[0] == b'R'
+                    && self.read == 4
+                    && self.start[..4] == [0; 4]
+                {
+                    seen(Seen::AuthenticationOk(chunk.len() - b.len()));
                 }
                 continue;
             }
@@ -528,7 +577,7 @@ async fn fatal<S: AsyncWrite + Unpin>(tcp: &mut S, why: &str) -> io::Result<()> 
 }
 
 /// A FATAL ErrorResponse with SQLSTATE `code` (08P01: a protocol violation).
-fn error_response(code: &str, why: &str) -> Vec<u8> {
+pub(crate) fn error_response(code: &str, why: &str) -> Vec<u8> {
     message_response("FATAL", code, why)
 }
 
@@ -571,6 +620,23 @@ pub(crate) fn startup_settings(first: &[u8]) -> Vec<(String, String)> {
         pairs.push((name, value));
     }
     crate::startup::settings(pairs)
+}
+
+/// The database a checked startup packet names: its `database`, else its `user`, as
+/// PostgreSQL defaults it.
+pub(crate) fn startup_database(first: &[u8]) -> String {
+    let text = String::from_utf8_lossy(first.get(8..).unwrap_or_default());
+    let mut parts = text.split('\0');
+    let (mut database, mut user) = (None, None);
+    while let (Some(name), Some(value)) = (parts.next(), parts.next()) {
+        match name {
+            "" => break,
+            "database" if !value.is_empty() => database = Some(value),
+            "user" => user = Some(value),
+            _ => {}
+        }
+    }
+    database.or(user).unwrap_or_default().to_string()
 }
 
 /// Startup parameters: NUL-terminated name/value pairs, then a final NUL; `user` required.
@@ -796,6 +862,35 @@ mod tests {
                 at += chunk.len();
             }
             assert_eq!(found, Some(fatal_end), "pieces of {piece} bytes");
+        }
+    }
+
+    #[test]
+    fn authentication_ok_is_found_where_it_ends_however_the_stream_is_cut() {
+        // A password request (code 3, as long as AuthenticationOk), SASL's final message
+        // (code 12), AuthenticationOk (code 0), then what must not be relayed to a login that
+        // is to be refused: a ParameterStatus and ReadyForQuery.
+        let stream = frames(&[
+            (b'R', b"\0\0\0\x03"),
+            (b'R', b"\0\0\0\x0cv=abc"),
+            (b'R', b"\0\0\0\0"),
+            (b'S', b"a\0b\0"),
+            (b'Z', b"I"),
+        ]);
+        let ok_end = 9 + 14 + 9;
+        for piece in 1..=stream.len() {
+            let mut scan = Scanner::default();
+            let mut at = 0;
+            let mut found = Vec::new();
+            for chunk in stream.chunks(piece) {
+                scan.feed(chunk, |s| {
+                    if let Seen::AuthenticationOk(end) = s {
+                        found.push(at + end);
+                    }
+                });
+                at += chunk.len();
+            }
+            assert_eq!(found, [ok_end], "pieces of {piece} bytes");
         }
     }
 
