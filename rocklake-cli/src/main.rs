@@ -242,6 +242,12 @@ enum Command {
         /// loses its lease. Starts as the writer when no writer holds the store.
         #[arg(long, conflicts_with = "read_only")]
         standby: bool,
+        /// Serve many lakes: URL is a folder (or s3:// prefix) holding one store per
+        /// database, URL/NAME, picked by the client's dbname; an unknown name is refused
+        /// with SQLSTATE 3D000, as PostgreSQL refuses it. CREATE DATABASE name adds one;
+        /// database postgres is made on first start.
+        #[arg(long, conflicts_with_all = ["read_only", "standby"])]
+        lakes: bool,
         /// The DATA_PATH shown in the printed ATTACH line.
         #[arg(long)]
         data_path: Option<String>,
@@ -347,6 +353,7 @@ async fn main_job(_json: bool) -> CliResult {
         password_file: None,
         read_only: false,
         standby: false,
+        lakes: false,
         data_path: Some(format!("{}/", root.join("data").display())),
         tls: None,
         require_tls: false,
@@ -554,6 +561,7 @@ async fn run(command: Command, json: bool) -> CliResult {
             password_file,
             read_only,
             standby,
+            lakes,
             data_path,
             tls_cert,
             tls_key,
@@ -572,6 +580,7 @@ async fn run(command: Command, json: bool) -> CliResult {
                 password_file,
                 read_only,
                 standby,
+                lakes,
                 data_path,
                 tls: tls_cert.zip(tls_key),
                 require_tls,

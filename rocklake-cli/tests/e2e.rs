@@ -293,6 +293,17 @@ fn a_catalog_moves_from_postgresql_into_rocklake_and_back() {
     run(&env, "migrate.py", &args);
 }
 
+/// Many lakes through one server (`serve --lakes`, #24 item 6): databases made with CREATE
+/// DATABASE through DuckDB, a DuckLake lake in each, a taken name and a missing one refused:
+/// every engine answers as PostgreSQL 15's databases do.
+#[test]
+fn many_lakes_through_one_server_answer_as_postgresql_databases() {
+    let Some(env) = env() else { return };
+    let mut args = common_args(&env);
+    args.extend(["--pg-dsn".to_string(), env.pg.clone()]);
+    run(&env, "lakes.py", &args);
+}
+
 /// A fresh `s3://rocklake-test/` prefix for a script's SlateDB stores where the S3 emulator
 /// runs (CI must have it), else `None`.
 fn s3_prefix(what: &str) -> Option<String> {

@@ -11,6 +11,7 @@ use rocklake_sql::Database;
 
 use crate::CliResult;
 
+mod lakes;
 mod standby;
 
 /// What `rocklake serve` was asked for.
@@ -22,6 +23,8 @@ pub(crate) struct ServeArgs {
     /// Serve reads while another server holds the store; take it over when that writer's lease
     /// runs out (SlateDB stores only).
     pub(crate) standby: bool,
+    /// The URL holds one store per database (`URL/NAME`), picked by the client's dbname.
+    pub(crate) lakes: bool,
     pub(crate) data_path: Option<String>,
     /// Certificate and key files (PEM) for TLS.
     pub(crate) tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
@@ -75,7 +78,11 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     // A standby starts as the writer when no writer holds the store, else as a reader.
     let start_reading = args.read_only || (args.standby && standby::held(&args.url).await?);
     // --read-only serves a reader beside the store's writer (on SlateDB it never fences it).
-    let db = open_database(&args, start_reading, false).await?;
+    let served = if args.lakes {
+        Served::Lakes(lakes::Lakes::open(&args).await?)
+    } else {
+        Served::One(open_database(&args, start_reading, false).await?)
+    };
     let tls = match &args.tls {
         Some((cert, key)) => Some(
             rocklake_server::tls_config(cert, key)
@@ -95,9 +102,11 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
         idle: args.idle,
     };
     let shutdown = shutdown_signal();
-    let mut server = Server::bind(db.clone(), options)
-        .await
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let bound = match &served {
+        Served::One(db) => Server::bind(db.clone(), options).await,
+        Served::Lakes(lakes) => Server::bind_databases(lakes.clone(), options).await,
+    };
+    let mut server = bound.map_err(|e| Error::InvalidArgument(e.to_string()))?;
     let addr = server.local_addr();
     // Bound before the ATTACH line is printed, so a taken port fails the start.
     let metrics = match args.metrics_listen {
@@ -134,9 +143,26 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
             (false, false) => "",
         }
     );
+    // The lake the ATTACH line names: `lake`, or on a server of lakes the first one there.
+    let lake = match &served {
+        Served::One(_) => "lake".to_string(),
+        Served::Lakes(lakes) => {
+            let names = rocklake_sql::Databases::names(lakes.as_ref());
+            println!(
+                "One database per folder under the URL: {} (CREATE DATABASE name, connected \
+                 to dbname={}, makes another)",
+                names.join(", "),
+                lakes::MAINTENANCE
+            );
+            names
+                .into_iter()
+                .find(|n| n != lakes::MAINTENANCE)
+                .unwrap_or_else(|| lakes::MAINTENANCE.to_string())
+        }
+    };
     println!("Paste into DuckDB 1.5 (after INSTALL ducklake; INSTALL postgres; once):");
     println!(
-        "  ATTACH 'ducklake:postgres:host={} port={} dbname=lake user=duck{auth}' AS lake (DATA_PATH '{data}');",
+        "  ATTACH 'ducklake:postgres:host={} port={} dbname={lake} user=duck{auth}' AS lake (DATA_PATH '{data}');",
         addr.ip(),
         addr.port()
     );
@@ -152,22 +178,35 @@ pub(crate) async fn run(args: ServeArgs) -> CliResult {
     println!("Stop with Ctrl-C (or SIGTERM): open transactions roll back, the store is flushed.");
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    let db = if args.standby {
-        standby::serve(&mut server, &args, db, start_reading, shutdown).await?
-    } else {
-        server
-            .run(shutdown)
-            .await
-            .map_err(|e| Error::InvalidArgument(format!("server failed: {e}")))?;
-        db
+    let served = match served {
+        Served::One(db) if args.standby => {
+            Served::One(standby::serve(&mut server, &args, db, start_reading, shutdown).await?)
+        }
+        served => {
+            server
+                .run(shutdown)
+                .await
+                .map_err(|e| Error::InvalidArgument(format!("server failed: {e}")))?;
+            served
+        }
     };
     // /readyz said 503 from the moment the server stopped accepting; the listener ends now.
     drop(metrics);
-    db.close()
-        .await
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    match served {
+        Served::One(db) => db
+            .close()
+            .await
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?,
+        Served::Lakes(lakes) => lakes.close().await?,
+    }
     tracing::info!("store closed");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the server serves: one store's catalog, or the lakes under a URL.
+enum Served {
+    One(std::sync::Arc<Database>),
+    Lakes(std::sync::Arc<lakes::Lakes>),
 }
 
 /// The store's catalog as the server serves it: a reader, or the writer (with `takeover`, one
