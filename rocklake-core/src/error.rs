@@ -143,6 +143,12 @@ pub enum Error {
     /// server now holds the store.
     #[error("writer lease lapsed: {0}")]
     LeaseLapsed(String),
+    /// A reader bound to lag its store by at most a set time (SlateDB's `max_staleness_ms`)
+    /// lags it by more and could not catch up: it answers nothing rather than an older state
+    /// than promised. Nothing was read. Try again, or read from the writer. SQLSTATE `57P03`
+    /// (PostgreSQL's `cannot_connect_now`, what a standby not ready to serve answers).
+    #[error("reader too stale: {0}")]
+    Stale(String),
 }
 
 impl Error {
@@ -168,6 +174,7 @@ impl Error {
             Error::NotFound(_) => "42P01",
             Error::SnapshotTooOld(_) => "72000",
             Error::LeaseLapsed(_) => "57P01",
+            Error::Stale(_) => "57P03",
             _ => "XX000",
         }
     }
@@ -192,6 +199,7 @@ impl Error {
             Error::Unsupported(_) => ErrorKind::Unsupported,
             Error::SnapshotTooOld(_) => ErrorKind::SnapshotTooOld,
             Error::LeaseLapsed(_) => ErrorKind::LeaseLapsed,
+            Error::Stale(_) => ErrorKind::Stale,
         }
     }
 
@@ -254,6 +262,8 @@ pub enum ErrorKind {
     SnapshotTooOld,
     /// [`Error::LeaseLapsed`].
     LeaseLapsed,
+    /// [`Error::Stale`].
+    Stale,
 }
 
 impl std::fmt::Display for ErrorKind {

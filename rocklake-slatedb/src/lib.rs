@@ -174,6 +174,13 @@ pub struct SlateOptions {
     /// looks for new WAL objects, i.e. how long a commit takes at most to become visible to it.
     /// A writer ignores it.
     pub poll_interval: Duration,
+    /// Reader only (URL option `max_staleness_ms`): the most a [`SlateReader`]'s new view may
+    /// lag the store. A view taken when the reader last looked at the store longer ago than
+    /// this looks again first (a LIST of the WAL, and a new generation if there is news), and
+    /// is refused with [`Error::Stale`] if it cannot; so every transaction reads every commit
+    /// acknowledged at least this long before it began. `None` (the default): views take what
+    /// the last poll found, however old. A writer ignores it.
+    pub max_staleness: Option<Duration>,
     /// Reader only (URL option `checkpoint=managed|none`): whether a [`SlateReader`] holds a
     /// SlateDB checkpoint (`managed`, the default: the writer's garbage collector keeps every
     /// object the reader may still read; the reader writes that checkpoint into the manifest,
@@ -216,6 +223,7 @@ impl Default for SlateOptions {
             compaction_heartbeat_timeout: None,
             compactor_min_sources: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            max_staleness: None,
             reader_checkpoint: true,
             simulate_latency: None,
             takeover: false,
@@ -245,6 +253,7 @@ pub fn parse_url(url: &str) -> Result<(Location, SlateOptions)> {
         match k.as_ref() {
             "flush_interval_ms" => options.flush_interval = millis_option(url, &k, &v)?,
             "poll_ms" => options.poll_interval = millis_option(url, &k, &v)?,
+            "max_staleness_ms" => options.max_staleness = Some(millis_option(url, &k, &v)?),
             "lease_ms" => {
                 options.lease = millis_option(url, &k, &v)?;
                 if options.lease < holder::MIN_LEASE {

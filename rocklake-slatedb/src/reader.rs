@@ -15,7 +15,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -120,6 +120,10 @@ const FIRST_POLL: Duration = Duration::from_secs(5);
 /// sequence number to move) before it is published anyway.
 const REPLAY: Duration = Duration::from_secs(2);
 
+/// How long a view past its reader's `max_staleness` waits for the reader to look at the
+/// store (an object store that does not answer) before it is refused.
+const LOOK_WITHIN: Duration = Duration::from_secs(10);
+
 struct Inner {
     /// The generation new views take.
     current: RwLock<Arc<Generation>>,
@@ -130,6 +134,13 @@ struct Inner {
     mode: DbReaderMode,
     options: DbReaderOptions,
     poll_interval: Duration,
+    /// See [`crate::SlateOptions::max_staleness`].
+    max_staleness: Option<Duration>,
+    /// When the last look at the store that succeeded began: every commit acknowledged
+    /// before then is in the current generation.
+    fresh_as_of: Mutex<Instant>,
+    /// Held by a look at the store (the poller's, or a view's past `max_staleness`).
+    looking: tokio::sync::Mutex<()>,
     /// The URL (or location) opened, for messages.
     url: String,
     closed: AtomicBool,
@@ -206,6 +217,7 @@ impl SlateReader {
                 "no catalog at {url:?} to read: it has no SlateDB manifest (a writer creates it on its first open)"
             )));
         }
+        let looked = Instant::now();
         let first = Generation::open(&store, &path, mode, &reader_options, &url).await?;
         let first_unseen = first.unseen_poll;
         let inner = Arc::new(Inner {
@@ -216,6 +228,9 @@ impl SlateReader {
             mode,
             options: reader_options,
             poll_interval: options.poll_interval,
+            max_staleness: options.max_staleness,
+            fresh_as_of: Mutex::new(looked),
+            looking: tokio::sync::Mutex::new(()),
             url,
             closed: AtomicBool::new(false),
             generations: AtomicU64::new(1),
@@ -360,7 +375,7 @@ async fn follow(inner: std::sync::Weak<Inner>) {
         if inner.closed.load(AtomicOrdering::Acquire) {
             return;
         }
-        if let Err(e) = inner.refresh().await {
+        if let Err(e) = inner.look().await {
             tracing::warn!(url = %inner.url, error = %e,
                 "a read-only catalog could not look for new commits; it keeps reading the state it has");
         }
@@ -381,6 +396,67 @@ impl Inner {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Look at the store: [`Inner::refresh`], one look at a time; a look that succeeds moves
+    /// `fresh_as_of` to when it began.
+    async fn look(&self) -> Result<()> {
+        let _one = self.looking.lock().await;
+        let began = Instant::now();
+        self.refresh().await?;
+        let mut fresh = self.fresh_as_of.lock().unwrap_or_else(|e| e.into_inner());
+        *fresh = (*fresh).max(began);
+        Ok(())
+    }
+
+    /// How long before `at` the last look that succeeded began (zero if it began after).
+    fn staleness(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(*self.fresh_as_of.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Within `max_staleness` of the store before a view is taken: look again if the last
+    /// look began longer than that before the view was asked for, refuse if that look fails.
+    /// A look that began after the view was asked for serves it too, so views that wait
+    /// together share one look (however long a look takes on a slow store).
+    async fn fresh_enough(&self) -> Result<()> {
+        let Some(bound) = self.max_staleness else {
+            return Ok(());
+        };
+        let asked = Instant::now();
+        if self.staleness(asked) <= bound {
+            return Ok(());
+        }
+        let _one = self.looking.lock().await;
+        // Another view's look, or the poller's, may have been under way.
+        if self.staleness(asked) <= bound {
+            return Ok(());
+        }
+        let began = Instant::now();
+        let looked = match tokio::time::timeout(LOOK_WITHIN, self.refresh()).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::engine(
+                "slatedb",
+                format!(
+                    "no answer from the store within {} s",
+                    LOOK_WITHIN.as_secs()
+                ),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            )),
+        };
+        if let Err(e) = looked {
+            return Err(Error::Stale(format!(
+                "{}: this reader last saw the store {} ms ago, more than max_staleness_ms={}, \
+                 and could not look again: {e}",
+                self.url,
+                self.staleness(Instant::now()).as_millis(),
+                bound.as_millis()
+            )));
+        }
+        let mut fresh = self.fresh_as_of.lock().unwrap_or_else(|e| e.into_inner());
+        *fresh = (*fresh).max(began);
+        tracing::debug!(url = %self.url, waited_ms = asked.elapsed().as_millis() as u64,
+            "a view past max_staleness looked at the store first");
+        Ok(())
     }
 
     /// Open a new generation if the store has a WAL object the current one has not read.
@@ -531,6 +607,7 @@ impl KvBackend for SlateReader {
 
     async fn view(&self) -> Result<Arc<dyn ReadView>> {
         self.inner.check_open()?;
+        self.inner.fresh_enough().await?;
         Ok(Arc::new(Pinned {
             generation: self.inner.current(),
             owner: self.inner.clone(),

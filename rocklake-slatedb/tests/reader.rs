@@ -493,3 +493,72 @@ async fn a_polling_reader_does_not_fence_a_writer_that_flushes_and_compacts() {
     reader.close().await.unwrap();
     writer.close().await.unwrap();
 }
+
+/// `max_staleness_ms` bounds what a view may lag: with the poller all but stopped (one poll
+/// every ten minutes), a view taken more than the bound after a commit was acknowledged still
+/// reads it (the view looks at the store first), where the same reader without the bound does
+/// not; and a view that cannot look is refused rather than served the old state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_past_max_staleness_looks_at_the_store_first_or_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url_of(dir.path());
+    let writer = open_url(&url).await.unwrap();
+    let mut first = WriteBatch::new();
+    first.put(Bytes::from_static(b"\x01k0"), Bytes::from_static(b"0"));
+    writer.write(first, Durability::Durable).await.unwrap();
+    let bound = Duration::from_millis(300);
+    let bounded = open_reader_url(&format!(
+        "{url}?poll_ms=600000&max_staleness_ms={}",
+        bound.as_millis()
+    ))
+    .await
+    .unwrap();
+    let unbounded = open_reader_url(&format!("{url}?poll_ms=600000"))
+        .await
+        .unwrap();
+    for i in 1..=5u8 {
+        let key = Bytes::from(vec![1, b'k', b'0' + i]);
+        let mut b = WriteBatch::new();
+        b.put(key.clone(), Bytes::from(vec![b'0' + i]));
+        writer.write(b, Durability::Durable).await.unwrap();
+        // Acknowledged; once the bound has passed, every new view must read it.
+        tokio::time::sleep(bound + Duration::from_millis(50)).await;
+        let view = bounded.view().await.unwrap();
+        assert_eq!(
+            view.get(&key).await.unwrap().as_deref(),
+            Some(&[b'0' + i][..]),
+            "commit {i}, acknowledged more than max_staleness_ms before the view"
+        );
+        assert_eq!(
+            unbounded.view().await.unwrap().get(&key).await.unwrap(),
+            None,
+            "the reader without the bound has not polled since it opened"
+        );
+    }
+    assert!(bounded.generations() > 1 && unbounded.generations() == 1);
+
+    // One more commit, then the store's manifests made unreadable: the bounded view must
+    // look, fails to, and is refused; nothing is served from the old generation.
+    let mut b = WriteBatch::new();
+    b.put(Bytes::from_static(b"\x01last"), Bytes::from_static(b"x"));
+    writer.write(b, Durability::Durable).await.unwrap();
+    writer.close().await.unwrap();
+    let manifests = dir.path().join("rocklake/manifest");
+    std::fs::rename(&manifests, dir.path().join("manifest-away")).unwrap();
+    std::fs::write(&manifests, b"not a folder").unwrap();
+    tokio::time::sleep(bound + Duration::from_millis(50)).await;
+    let refused = bounded.view().await.map(|_| ()).unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Stale, "{refused}");
+    assert!(
+        refused.to_string().contains("max_staleness_ms=300"),
+        "{refused}"
+    );
+    assert_eq!(refused.sqlstate(), "57P03");
+    // The reader without the bound serves what it has, as before.
+    assert!(unbounded.view().await.is_ok());
+    // (Closing a reader deletes its checkpoint from the manifest: give the manifests back.)
+    std::fs::remove_file(&manifests).unwrap();
+    std::fs::rename(dir.path().join("manifest-away"), &manifests).unwrap();
+    bounded.close().await.unwrap();
+    unbounded.close().await.unwrap();
+}

@@ -97,6 +97,8 @@ pub mod state {
     pub const OBJECT_IN_USE: &str = "55006";
     /// `42602` invalid_name.
     pub const INVALID_NAME: &str = "42602";
+    /// `57P03` cannot_connect_now (a reader past its staleness bound).
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
     /// `XX000` internal_error.
     pub const INTERNAL: &str = "XX000";
     /// `XX001` data_corrupted.
@@ -150,6 +152,7 @@ impl From<CoreError> for SqlError {
             CoreError::OutOfRange { .. } => state::OUT_OF_RANGE,
             CoreError::PermissionDenied(_) => state::READ_ONLY_TRANSACTION,
             CoreError::SnapshotTooOld(_) => state::SNAPSHOT_TOO_OLD,
+            CoreError::Stale(_) => state::CANNOT_CONNECT_NOW,
             _ => state::INTERNAL,
         };
         SqlError::new(code, e.to_string())
