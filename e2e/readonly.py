@@ -21,7 +21,9 @@ polls. Pointed at the writer instead, the same loop passed.
 It prints the reader's staleness under that load: the time from a commit's acknowledgement on
 the writer to the first new transaction on the reader that lists its snapshot (p50, p99, max;
 sampled every 20 ms). The reader's poll interval bounds it (`--reader-poll-ms`, the URL's
-`poll_ms`): a poll, then the open of a new generation.
+`poll_ms`): a poll, then the open of a new generation; `--reader-max-staleness-ms` (the URL's
+`max_staleness_ms`) bounds it tighter: a transaction begun past that bound after the reader's
+last look at the store looks again first.
 
 With --readers N, N read-only servers (separate processes, each with its own caches, as on N
 machines) serve the catalog under that load, each read as above and probed for its staleness.
@@ -32,6 +34,7 @@ store under that URL instead of a local folder; the data files stay local) shows
 20 ms away costs the reader.
 
 usage: python readonly.py --rocklake-bin PATH [--ext-dir DIR] [--load-seconds N] [--reader-poll-ms N]
+                          [--reader-max-staleness-ms N]
                           [--store-url URL] [--readers N]
 """
 import argparse
@@ -61,6 +64,9 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--reader-poll-ms", type=int, default=None,
                     help="the reader's poll interval (its URL's poll_ms; default 1000)")
+    ap.add_argument("--reader-max-staleness-ms", type=int, default=None,
+                    help="the readers' bound on their lag (their URL's max_staleness_ms; "
+                         "default none)")
     ap.add_argument("--store-url", default=None,
                     help="a new SlateDB store under this URL (its options kept) instead of a "
                          "local folder, e.g. s3://bucket/prefix?simulate_latency_ms=20")
@@ -84,6 +90,9 @@ def main():
     writer = common.Server(a.rocklake_bin, url, os.path.join(tmp, "writer.log"))
     joiner = "&" if "?" in url else "?"
     reader_url = url if a.reader_poll_ms is None else f"{url}{joiner}poll_ms={a.reader_poll_ms}"
+    if a.reader_max_staleness_ms is not None:
+        joiner = "&" if "?" in reader_url else "?"
+        reader_url += f"{joiner}max_staleness_ms={a.reader_max_staleness_ms}"
     readers = [common.Server(a.rocklake_bin, reader_url, os.path.join(tmp, f"reader-{i}.log"),
                              extra_args=["--read-only"]) for i in range(a.readers)]
     reader = readers[0]
@@ -245,8 +254,10 @@ def under_load(writer, readers, data, a):
         # transaction on the reader lists its snapshot (sampled every 20 ms).
         p = connect(a.ext_dir)
         p.execute(f"ATTACH 'ducklake:postgres:{reader.dsn()}' AS lake (DATA_PATH '{data}/', READ_ONLY)")
+        bound = (a.reader_max_staleness_ms or 0) / 1000
         try:
             while not stop.is_set():
+                began = time.monotonic()
                 seen = p.execute(
                     "SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
                 now = time.monotonic()
@@ -254,6 +265,15 @@ def under_load(writer, readers, data, a):
                     for v in acked_at:
                         if v <= seen and v not in first_seen:
                             first_seen[v] = now
+                        # With a bound, a transaction must read every commit acknowledged
+                        # more than the bound before it began.
+                        if bound and v > seen and acked_at[v] < began - bound:
+                            problems.append(
+                                f"a reader transaction begun {(began - acked_at[v]) * 1000:.0f} "
+                                f"ms after commit {v} was acknowledged did not read it "
+                                f"(max_staleness_ms {a.reader_max_staleness_ms}); it read "
+                                f"snapshot {seen}")
+                            stop.set()
                 time.sleep(0.02)
         except Exception as e:  # noqa: BLE001
             problems.append(f"the staleness probe failed: {str(e).splitlines()[0][:200]}")
@@ -357,7 +377,8 @@ def under_load(writer, readers, data, a):
         print(f"reader under load: staleness (writer's acknowledgement to the reader listing the "
               f"snapshot, {len(every)} commits on {len(readers)} reader(s), 20 ms sampling): "
               f"p50 {pct(every, 0.5):.0f} ms, p99 {pct(every, 0.99):.0f} ms, max "
-              f"{every[-1] * 1000:.0f} ms (poll interval {a.reader_poll_ms or 1000} ms)")
+              f"{every[-1] * 1000:.0f} ms (poll interval {a.reader_poll_ms or 1000} ms, "
+              f"max_staleness_ms {a.reader_max_staleness_ms or 'none'})")
     for who, times in took.items():
         if times:
             print(f"reader under load: a time travel (two count(*)s at one snapshot) on the {who}: "
