@@ -25,6 +25,8 @@ use rocklake_core::backend::{Capabilities, Durability, KeyRange, KvPair, Order, 
 use rocklake_core::error::{Error, Result};
 use rocklake_core::{KvBackend, WriteBatch};
 use slatedb::config::DbReaderOptions;
+use slatedb::db_cache::foyer::{FoyerCache, FoyerCacheOptions};
+use slatedb::db_cache::{DbCache, SplitCache};
 use slatedb::{DbReader, DbReaderMode};
 
 use crate::layer::{watched, ReadWatch};
@@ -120,6 +122,26 @@ const FIRST_POLL: Duration = Duration::from_secs(5);
 /// sequence number to move) before it is published anyway.
 const REPLAY: Duration = Duration::from_secs(2);
 
+/// The cache of SST blocks and metadata a reader's generations share, of SlateDB's default
+/// sizes (512 MiB of blocks, 128 MiB of indexes and filters). Without it each generation, a
+/// new `DbReader`, starts with an empty cache of its own, and on object storage the first
+/// read after every new generation (under a writer that commits, every poll) fetches every
+/// block it needs again, a round trip each.
+fn shared_cache() -> Arc<dyn DbCache> {
+    let foyer = |bytes| -> Option<Arc<dyn DbCache>> {
+        Some(Arc::new(FoyerCache::new_with_opts(FoyerCacheOptions {
+            max_capacity: bytes,
+            ..FoyerCacheOptions::default()
+        })))
+    };
+    Arc::new(
+        SplitCache::new()
+            .with_block_cache(foyer(slatedb::db_cache::DEFAULT_BLOCK_CACHE_CAPACITY))
+            .with_meta_cache(foyer(slatedb::db_cache::DEFAULT_META_CACHE_CAPACITY))
+            .build(),
+    )
+}
+
 /// How long a view past its reader's `max_staleness` waits for the reader to look at the
 /// store (an object store that does not answer) before it is refused.
 const LOOK_WITHIN: Duration = Duration::from_secs(10);
@@ -130,6 +152,8 @@ struct Inner {
     /// Generations no longer current, closed once no view holds them.
     retired: Mutex<Vec<Arc<Generation>>>,
     store: Arc<dyn ObjectStore>,
+    /// The block and metadata cache every generation reads through (see [`shared_cache`]).
+    cache: Arc<dyn DbCache>,
     path: String,
     mode: DbReaderMode,
     options: DbReaderOptions,
@@ -218,12 +242,14 @@ impl SlateReader {
             )));
         }
         let looked = Instant::now();
-        let first = Generation::open(&store, &path, mode, &reader_options, &url).await?;
+        let cache = shared_cache();
+        let first = Generation::open(&store, &cache, &path, mode, &reader_options, &url).await?;
         let first_unseen = first.unseen_poll;
         let inner = Arc::new(Inner {
             current: RwLock::new(Arc::new(first)),
             retired: Mutex::new(Vec::new()),
             store,
+            cache,
             path,
             mode,
             options: reader_options,
@@ -260,6 +286,7 @@ impl SlateReader {
 impl Generation {
     async fn open(
         store: &Arc<dyn ObjectStore>,
+        cache: &Arc<dyn DbCache>,
         path: &str,
         mode: DbReaderMode,
         options: &DbReaderOptions,
@@ -270,6 +297,9 @@ impl Generation {
         let reader = DbReader::builder(path.to_string(), watched(store.clone(), wal.clone()))
             .with_options(options.clone())
             .with_reader_mode(mode)
+            // One cache for every generation: SSTs never change, so a block read by one is
+            // good for the next (one id: they are all the same database).
+            .with_db_cache(cache.clone(), 0)
             .build()
             .await
             .map_err(|e| map_err(&format!("opening {url} for reading"), e))?;
@@ -477,7 +507,15 @@ impl Inner {
                 "a reader generation polled after it was published; replacing it");
         }
         let next = Arc::new(
-            Generation::open(&self.store, &self.path, self.mode, &self.options, &self.url).await?,
+            Generation::open(
+                &self.store,
+                &self.cache,
+                &self.path,
+                self.mode,
+                &self.options,
+                &self.url,
+            )
+            .await?,
         );
         self.generations.fetch_add(1, AtomicOrdering::Relaxed);
         if next.unseen_poll {
@@ -623,6 +661,14 @@ impl KvBackend for SlateReader {
         if self.inner.closed.swap(true, AtomicOrdering::AcqRel) {
             return Ok(());
         }
-        self.inner.close_all().await
+        let closed = self.inner.close_all().await;
+        // The shared cache outlives the generations that read through it.
+        let cache = self
+            .inner
+            .cache
+            .close()
+            .await
+            .map_err(|e| map_err("closing a reader's cache", e));
+        closed.and(cache)
     }
 }
