@@ -607,9 +607,9 @@ fn message_response(severity: &str, code: &str, why: &str) -> Vec<u8> {
     m
 }
 
-/// The settings a checked startup packet (`first`: length word, protocol version, pairs) asks
-/// for (see [`crate::startup::settings`]).
-pub(crate) fn startup_settings(first: &[u8]) -> Vec<(String, String)> {
+/// The name/value pairs of a checked startup packet (`first`: length word, protocol
+/// version, pairs).
+fn startup_pairs(first: &[u8]) -> Vec<(String, String)> {
     let text = String::from_utf8_lossy(first.get(8..).unwrap_or_default());
     let mut parts = text.split('\0');
     let mut pairs = Vec::new();
@@ -617,26 +617,30 @@ pub(crate) fn startup_settings(first: &[u8]) -> Vec<(String, String)> {
         if name.is_empty() {
             break;
         }
-        pairs.push((name, value));
+        pairs.push((name.to_string(), value.to_string()));
     }
-    crate::startup::settings(pairs)
+    pairs
+}
+
+/// The settings a checked startup packet asks for (see [`crate::startup::settings`]).
+pub(crate) fn startup_settings(first: &[u8]) -> Vec<(String, String)> {
+    let pairs = startup_pairs(first);
+    crate::startup::settings(pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())))
 }
 
 /// The database a checked startup packet names: its `database`, else its `user`, as
 /// PostgreSQL defaults it.
 pub(crate) fn startup_database(first: &[u8]) -> String {
-    let text = String::from_utf8_lossy(first.get(8..).unwrap_or_default());
-    let mut parts = text.split('\0');
-    let (mut database, mut user) = (None, None);
-    while let (Some(name), Some(value)) = (parts.next(), parts.next()) {
-        match name {
-            "" => break,
-            "database" if !value.is_empty() => database = Some(value),
-            "user" => user = Some(value),
-            _ => {}
-        }
-    }
-    database.or(user).unwrap_or_default().to_string()
+    let pairs = startup_pairs(first);
+    let value = |key: &str| {
+        pairs
+            .iter()
+            .find(|(n, v)| n == key && !v.is_empty())
+            .map(|(_, v)| v.clone())
+    };
+    value("database")
+        .or_else(|| value("user"))
+        .unwrap_or_default()
 }
 
 /// Startup parameters: NUL-terminated name/value pairs, then a final NUL; `user` required.
@@ -805,6 +809,18 @@ mod tests {
     use super::*;
 
     /// Backend messages (type byte, body) as one byte stream.
+    /// Feed `stream` to a scanner in pieces of `piece` bytes; the offsets in the whole stream
+    /// of what `pick` takes from what it sees.
+    fn ends_seen(stream: &[u8], piece: usize, pick: impl Fn(Seen) -> Option<usize>) -> Vec<usize> {
+        let mut scan = Scanner::default();
+        let (mut at, mut found) = (0, Vec::new());
+        for chunk in stream.chunks(piece) {
+            scan.feed(chunk, |s| found.extend(pick(s).map(|end| at + end)));
+            at += chunk.len();
+        }
+        found
+    }
+
     fn frames(messages: &[(u8, &[u8])]) -> Vec<u8> {
         let mut stream = Vec::new();
         for (kind, body) in messages {
@@ -850,18 +866,11 @@ mod tests {
         ]);
         let fatal_end = stream.len() - 6;
         for piece in 1..=stream.len() {
-            let mut scan = Scanner::default();
-            let mut at = 0;
-            let mut found = None;
-            for chunk in stream.chunks(piece) {
-                scan.feed(chunk, |s| {
-                    if let Seen::Fatal(end) = s {
-                        found.get_or_insert(at + end);
-                    }
-                });
-                at += chunk.len();
-            }
-            assert_eq!(found, Some(fatal_end), "pieces of {piece} bytes");
+            let found = ends_seen(&stream, piece, |s| match s {
+                Seen::Fatal(end) => Some(end),
+                _ => None,
+            });
+            assert_eq!(found.first(), Some(&fatal_end), "pieces of {piece} bytes");
         }
     }
 
@@ -879,17 +888,10 @@ mod tests {
         ]);
         let ok_end = 9 + 14 + 9;
         for piece in 1..=stream.len() {
-            let mut scan = Scanner::default();
-            let mut at = 0;
-            let mut found = Vec::new();
-            for chunk in stream.chunks(piece) {
-                scan.feed(chunk, |s| {
-                    if let Seen::AuthenticationOk(end) = s {
-                        found.push(at + end);
-                    }
-                });
-                at += chunk.len();
-            }
+            let found = ends_seen(&stream, piece, |s| match s {
+                Seen::AuthenticationOk(end) => Some(end),
+                _ => None,
+            });
             assert_eq!(found, [ok_end], "pieces of {piece} bytes");
         }
     }
