@@ -432,6 +432,11 @@ impl Inner {
     /// `fresh_as_of` to when it began.
     async fn look(&self) -> Result<()> {
         let _one = self.looking.lock().await;
+        self.look_held().await
+    }
+
+    /// [`Inner::look`] with `looking` already held.
+    async fn look_held(&self) -> Result<()> {
         let began = Instant::now();
         self.refresh().await?;
         let mut fresh = self.fresh_as_of.lock().unwrap_or_else(|e| e.into_inner());
@@ -461,8 +466,7 @@ impl Inner {
         if self.staleness(asked) <= bound {
             return Ok(());
         }
-        let began = Instant::now();
-        let looked = match tokio::time::timeout(LOOK_WITHIN, self.refresh()).await {
+        let looked = match tokio::time::timeout(LOOK_WITHIN, self.look_held()).await {
             Ok(r) => r,
             Err(_) => Err(Error::engine(
                 "slatedb",
@@ -482,8 +486,6 @@ impl Inner {
                 bound.as_millis()
             )));
         }
-        let mut fresh = self.fresh_as_of.lock().unwrap_or_else(|e| e.into_inner());
-        *fresh = (*fresh).max(began);
         tracing::debug!(url = %self.url, waited_ms = asked.elapsed().as_millis() as u64,
             "a view past max_staleness looked at the store first");
         Ok(())
