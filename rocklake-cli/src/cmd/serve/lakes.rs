@@ -123,8 +123,7 @@ impl Lakes {
 
     /// The local folder of the URL (`file://`, `sled://`, `rocksdb://`).
     fn folder(&self) -> Result<Option<PathBuf>, Error> {
-        crate::local_folder(&self.url_of("x"))
-            .map(|p| p.and_then(|p| p.parent().map(PathBuf::from)))
+        crate::local_folder(&self.base)
     }
 
     /// Whether the URL is a store itself, and the names of the stores under it.
