@@ -467,7 +467,13 @@ impl Connection {
                                 } else {
                                     &[]
                                 };
-                                relay::refuse_after(started.stream, before, "3D000", &why).await;
+                                relay::refuse_after(
+                                    started.stream,
+                                    before,
+                                    rocklake_sql::error::state::INVALID_CATALOG_NAME,
+                                    &why,
+                                )
+                                .await;
                                 return;
                             }
                         }
@@ -515,7 +521,7 @@ impl Connection {
             unknown.map(|message| {
                 let metrics = self.metrics.clone();
                 relay::Refusal {
-                    code: "3D000",
+                    code: rocklake_sql::error::state::INVALID_CATALOG_NAME,
                     message,
                     counted: Box::new(move || metrics.refused("unknown_database")),
                 }

@@ -175,11 +175,11 @@ pub struct SlateOptions {
     /// A writer ignores it.
     pub poll_interval: Duration,
     /// Reader only (URL option `max_staleness_ms`): the most a [`SlateReader`]'s new view may
-    /// lag the store. A view taken when the reader last looked at the store longer ago than
-    /// this looks again first (a LIST of the WAL, and a new generation if there is news), and
-    /// is refused with [`Error::Stale`] if it cannot; so every transaction reads every commit
-    /// acknowledged at least this long before it began. `None` (the default): views take what
-    /// the last poll found, however old. A writer ignores it.
+    /// lag the store. A view asked for more than this after the reader's last look at the
+    /// store began looks again first (a LIST of the WAL, and a new generation if there is
+    /// news), and is refused with [`Error::Stale`] if it cannot; so every transaction reads
+    /// every commit acknowledged at least this long before it began. `None` (the default):
+    /// views take what the last poll found, however old. A writer ignores it.
     pub max_staleness: Option<Duration>,
     /// Reader only (URL option `checkpoint=managed|none`): whether a [`SlateReader`] holds a
     /// SlateDB checkpoint (`managed`, the default: the writer's garbage collector keeps every

@@ -47,8 +47,8 @@ pub trait Databases: Send + Sync + std::fmt::Debug {
     fn names(&self) -> Vec<String>;
     /// The database named `name`, if there is one.
     fn get(&self, name: &str) -> Option<Arc<Database>>;
-    /// A number that changes whenever a database is added or removed (answers of
-    /// `pg_database` are kept only while it stays).
+    /// A number that changes whenever a database is added (answers of `pg_database` are
+    /// kept only while it stays).
     fn generation(&self) -> u64;
     /// Add the database `name` (already folded as PostgreSQL folds identifiers): an empty
     /// catalog in a store of its own. Refused with `42P04` when it exists.

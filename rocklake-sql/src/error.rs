@@ -93,8 +93,6 @@ pub mod state {
     pub const DUPLICATE_DATABASE: &str = "42P04";
     /// `25001` active_sql_transaction (a statement that cannot run in a transaction block).
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
-    /// `55006` object_in_use (a database others are connected to).
-    pub const OBJECT_IN_USE: &str = "55006";
     /// `42602` invalid_name.
     pub const INVALID_NAME: &str = "42602";
     /// `57P03` cannot_connect_now (a reader past its staleness bound).
