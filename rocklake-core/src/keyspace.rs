@@ -53,6 +53,12 @@ pub struct KeyspaceOptions {
     pub draw_hook: Option<DrawHook>,
     /// Where snapshot times and audit times come from (default: [`system_clock`]).
     pub clock: Clock,
+    /// Refuse everything once the engine's writer lease has run out (default: true), so that a
+    /// standby may take the store over. A writer no standby watches sets it false: a lapse
+    /// (a process starved of CPU past its lease) would otherwise leave it refusing everything
+    /// until restarted, though no one took its store; the store's fencing still refuses its
+    /// commits if another writer ever does.
+    pub steps_down_on_lapse: bool,
 }
 
 impl Default for KeyspaceOptions {
@@ -63,6 +69,7 @@ impl Default for KeyspaceOptions {
             purge_wait: Duration::from_secs(1),
             draw_hook: None,
             clock: system_clock(),
+            steps_down_on_lapse: true,
         }
     }
 }
@@ -246,6 +253,7 @@ impl Keyspace {
             spaces.push(SpaceState::new(space, stored.unwrap_or(1)));
         }
         let published = current_snapshot_in(backend.as_ref()).await?;
+        let steps_down = options.steps_down_on_lapse;
         Ok(Keyspace {
             inner: Arc::new(Inner {
                 epoch,
@@ -259,7 +267,7 @@ impl Keyspace {
                 closed: AtomicBool::new(false),
                 published: AtomicU64::new(published),
                 flushed_view: Mutex::new(None),
-                lease: epoch.and_then(|_| backend.lease()),
+                lease: epoch.filter(|_| steps_down).and_then(|_| backend.lease()),
                 backend,
             }),
         })

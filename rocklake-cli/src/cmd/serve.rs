@@ -221,7 +221,13 @@ async fn open_database(
     } else if takeover {
         Keyspace::open(standby::takeover_backend(&args.url).await?).await?
     } else {
-        Keyspace::open(crate::open_writer(&args.url).await?).await?
+        // Only a standby's writer steps down when its lease runs out: a lone server has no
+        // one to hand the store to.
+        let options = rocklake::KeyspaceOptions {
+            steps_down_on_lapse: args.standby,
+            ..rocklake::KeyspaceOptions::default()
+        };
+        Keyspace::open_with(crate::open_writer(&args.url).await?, options).await?
     };
     let db = Database::open(ks)
         .await
