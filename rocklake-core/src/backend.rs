@@ -393,6 +393,22 @@ pub trait ReadView: Send + Sync {
     }
 }
 
+/// A view that reads nothing: every read answers [`Error::Closed`]. It stands in for the view
+/// of a transaction that has let go of its own (at its commit), so that the store stops
+/// keeping what that view would have read.
+pub struct ClosedView;
+
+#[async_trait]
+impl ReadView for ClosedView {
+    async fn get(&self, _key: &[u8]) -> Result<Option<Bytes>> {
+        Err(Error::Closed)
+    }
+
+    async fn scan(&self, _range: &KeyRange, _order: Order, _limit: usize) -> Result<Vec<KvPair>> {
+        Err(Error::Closed)
+    }
+}
+
 /// Lend the pairs of a collected page to `each` until it returns `false`; returns how many it
 /// was given. What [`ReadView::visit`] does with a page it had to collect.
 pub fn lend(page: &[KvPair], each: &mut Visitor<'_>) -> usize {

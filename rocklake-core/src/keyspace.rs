@@ -38,6 +38,17 @@ pub const FORMAT_VERSION: u64 = 1;
 /// the drawn key from another session at exactly that moment.
 pub type DrawHook = Arc<dyn Fn(&'static IdSpace, u64) -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// Where a view stands among this writer's changes: the number of batches that may change a
+/// key a transaction reads (commits, maintenance; not id reservations) written before the view
+/// was taken. Every one of them is in the view. While the key space's count is still the view's
+/// mark, the store holds exactly what the view holds, so a transaction whose preconditions are
+/// all values it read from its view (or from the store since) has nothing to check at its
+/// commit ([`Keyspace::commit_batch_read_at`]) and a read of the store would answer what the
+/// view answers ([`Keyspace::unchanged_since`]). One writer writes a store (others are
+/// fenced), so its own count is the store's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ViewMark(u64);
+
 /// How a catalog behaves.
 #[derive(Clone)]
 pub struct KeyspaceOptions {
@@ -110,9 +121,13 @@ pub(crate) struct Inner {
     /// commit lock.
     pub(crate) published: AtomicU64,
     /// A view taken just before the last completed flush of the commits (see
-    /// [`Keyspace::committed_view`]), with the number of the last batch it holds: every batch
-    /// in it is durable.
-    pub(crate) flushed_view: Mutex<Option<(u64, Arc<dyn ReadView>)>>,
+    /// [`Keyspace::committed_view`]), with the number of the last batch it holds (every batch
+    /// in it is durable) and its [`ViewMark`].
+    pub(crate) flushed_view: Mutex<Option<(u64, ViewMark, Arc<dyn ReadView>)>>,
+    /// How many batches this writer has written that may change a key a transaction reads
+    /// (every fenced write but an id reservation's), counted after each write, under the
+    /// commit lock: see [`ViewMark`].
+    pub(crate) changes: AtomicU64,
     /// A writer's lease on its store, where its engine keeps one ([`KvBackend::lease`]):
     /// checked before every view a transaction or reader takes and before every write.
     pub(crate) lease: Option<Arc<crate::lease::Lease>>,
@@ -267,6 +282,7 @@ impl Keyspace {
                 closed: AtomicBool::new(false),
                 published: AtomicU64::new(published),
                 flushed_view: Mutex::new(None),
+                changes: AtomicU64::new(0),
                 lease: epoch.filter(|_| steps_down).and_then(|_| backend.lease()),
                 backend,
             }),
@@ -359,7 +375,22 @@ impl Keyspace {
 
     /// Write `batch` as this writer: adds the epoch precondition and maps a failed
     /// precondition on the epoch to [`Error::Fenced`]. Callers hold the commit lock.
+    ///
+    /// Counted as a change for [`ViewMark`] whatever the outcome (an engine's error may leave
+    /// the store's state unknown).
     pub(crate) async fn write_fenced(
+        &self,
+        batch: WriteBatch,
+        durability: Durability,
+    ) -> Result<()> {
+        let written = self.write_fenced_uncounted(batch, durability).await;
+        self.inner.changes.fetch_add(1, AtomicOrdering::Release);
+        written
+    }
+
+    /// [`Keyspace::write_fenced`] for a batch that changes no key a transaction reads or
+    /// expects (an id space's counter, which only Keystone reads): not counted as a change.
+    async fn write_fenced_uncounted(
         &self,
         mut batch: WriteBatch,
         durability: Durability,
@@ -406,10 +437,17 @@ impl Keyspace {
     /// makes it durable.
     /// With [`Durability::Buffered`] a commit is visible once applied, as that mode promises.
     pub async fn committed_view(&self) -> Result<Arc<dyn ReadView>> {
+        Ok(self.committed_view_marked().await?.0)
+    }
+
+    /// [`Keyspace::committed_view`] with its [`ViewMark`].
+    pub async fn committed_view_marked(&self) -> Result<(Arc<dyn ReadView>, ViewMark)> {
         self.check_lease().await?;
+        // Read before the view is taken: every change counted by then is in the view.
+        let mark = self.mark();
         let view = self.inner.backend.view().await?;
         if self.inner.options.durability != Durability::Durable {
-            return Ok(view);
+            return Ok((view, mark));
         }
         let group = &self.inner.group;
         // Numbers are handed out before a batch is applied, so every batch this view may hold
@@ -417,12 +455,12 @@ impl Keyspace {
         let seen = group.started();
         let acknowledged = group.durable();
         if acknowledged >= seen {
-            return Ok(view);
+            return Ok((view, mark));
         }
         if group.flushing() {
-            if let Some((upto, flushed)) = &*self.lock_flushed_view() {
+            if let Some((upto, kept, flushed)) = &*self.lock_flushed_view() {
                 if *upto >= acknowledged {
-                    return Ok(flushed.clone());
+                    return Ok((flushed.clone(), *kept));
                 }
             }
         }
@@ -431,10 +469,25 @@ impl Keyspace {
             drop(self.inner.commit_lock.lock().await);
         }
         group.wait_durable(seen, || self.flush_committed()).await?;
-        Ok(view)
+        Ok((view, mark))
     }
 
-    fn lock_flushed_view(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<dyn ReadView>)>> {
+    /// This writer's count of changes now: see [`ViewMark`].
+    fn mark(&self) -> ViewMark {
+        ViewMark(self.inner.changes.load(AtomicOrdering::Acquire))
+    }
+
+    /// Whether this writer has written no change since the view marked `mark` was taken, so
+    /// that the store holds what that view holds: a read of the store now would answer what
+    /// the view answers. Without the commit lock that is only true of the moment of the call
+    /// (a commit may land right after it), as a read of the store would be.
+    pub fn unchanged_since(&self, mark: ViewMark) -> bool {
+        self.mark() == mark
+    }
+
+    fn lock_flushed_view(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<(u64, ViewMark, Arc<dyn ReadView>)>> {
         self.inner
             .flushed_view
             .lock()
@@ -445,10 +498,11 @@ impl Keyspace {
     /// far is taken first, and kept for [`Keyspace::committed_view`] once the flush has made
     /// all of it durable (a failed flush keeps the older one).
     pub(crate) async fn flush_committed(&self) -> Result<()> {
-        let (upto, view) = {
+        let (upto, mark, view) = {
             let _guard = self.inner.commit_lock.lock().await;
             (
                 self.inner.group.last_applied(),
+                self.mark(),
                 self.inner.backend.view().await?,
             )
         };
@@ -456,7 +510,7 @@ impl Keyspace {
         // Leaders flush one at a time and `upto` is read under the commit lock, so each kept
         // view is newer than the one it replaces. The old one is dropped outside the lock:
         // releasing an engine's snapshot may take its own locks.
-        let replaced = self.lock_flushed_view().replace((upto, view));
+        let replaced = self.lock_flushed_view().replace((upto, mark, view));
         drop(replaced);
         Ok(())
     }
@@ -494,7 +548,9 @@ impl Keyspace {
     pub(crate) async fn reserve_locked(&self, st: &SpaceState) -> Result<()> {
         if let Some((batch, ceiling)) = st.next_reservation(self.inner.options.id_reservation)? {
             // Reservations are always durable: an id must never be issued twice after a crash.
-            self.write_fenced(batch, Durability::Durable).await?;
+            // A counter no transaction reads: not a change for `ViewMark`.
+            self.write_fenced_uncounted(batch, Durability::Durable)
+                .await?;
             st.raise_ceiling(ceiling);
         }
         Ok(())

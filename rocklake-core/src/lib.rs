@@ -54,7 +54,7 @@ pub use copy::{copy_view, CopyReport, StoreCopy, COPY_BATCH_BYTES};
 pub use engine::{Engine, EngineBackend};
 pub use error::{Error, ErrorKind, Result};
 pub use keys::Key;
-pub use keyspace::{CommitStats, Keyspace, KeyspaceOptions};
+pub use keyspace::{CommitStats, Keyspace, KeyspaceOptions, ViewMark};
 pub use keystone::IdSpace;
 pub use maintenance::{Admin, PurgeReport};
 pub use memory::{MemoryBackend, MemoryEngine};

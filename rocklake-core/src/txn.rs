@@ -18,33 +18,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use prost::Message;
 
-use crate::backend::{Durability, ReadView, WriteBatch};
+use crate::backend::{ClosedView, Durability, ReadView, WriteBatch};
 use crate::error::{Error, Result};
 use crate::keys::{self, Key};
-use crate::keyspace::{current_snapshot_in, Keyspace};
+use crate::keyspace::{current_snapshot_in, Keyspace, ViewMark};
 use crate::keystone::{self, IdSpace, Layout, MAX_DRAWS};
 use crate::tags::{TagInfo, ValueKind};
 use crate::values::{Binding, BindingState, Row, Value};
 
 /// Stands in for the view after commit (a committed transaction reads nothing more).
-struct EmptyView;
-static EMPTY_VIEW: EmptyView = EmptyView;
-
-#[async_trait::async_trait]
-impl ReadView for EmptyView {
-    async fn get(&self, _key: &[u8]) -> Result<Option<Bytes>> {
-        Err(Error::Closed)
-    }
-
-    async fn scan(
-        &self,
-        _range: &crate::backend::KeyRange,
-        _order: crate::backend::Order,
-        _limit: usize,
-    ) -> Result<Vec<crate::backend::KvPair>> {
-        Err(Error::Closed)
-    }
-}
+static EMPTY_VIEW: ClosedView = ClosedView;
 
 /// Where the key of an inserted row comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,8 +132,29 @@ impl Keyspace {
     /// The batch bypasses [`Transaction`]'s Keystone rules: the caller owns the identity of
     /// the rows it writes.
     pub async fn commit_batch(&self, batch: WriteBatch) -> Result<()> {
+        self.commit_batch_with(batch, None).await
+    }
+
+    /// [`Keyspace::commit_batch`] for a caller whose every precondition is a value it read
+    /// from a view marked `mark` ([`Keyspace::committed_view_marked`]) or from the store since.
+    /// When this writer has written no change since that view was taken, the store still holds
+    /// each value read, so the preconditions are not read again (only the writer epoch's is
+    /// checked). Otherwise they are checked as [`Keyspace::commit_batch`] checks them.
+    pub async fn commit_batch_read_at(&self, batch: WriteBatch, mark: ViewMark) -> Result<()> {
+        self.commit_batch_with(batch, Some(mark)).await
+    }
+
+    async fn commit_batch_with(
+        &self,
+        mut batch: WriteBatch,
+        read_at: Option<ViewMark>,
+    ) -> Result<()> {
         self.writer_epoch()?;
         let guard = self.inner.commit_lock.lock().await;
+        if read_at.is_some_and(|m| self.unchanged_since(m)) {
+            // Under the commit lock: no change can land between this look and the write.
+            batch.preconditions.clear();
+        }
         let applying = self.inner.group.start_apply();
         let written = self.write_fenced(batch, Durability::Buffered).await;
         let seq = applying.applied();

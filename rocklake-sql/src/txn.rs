@@ -17,6 +17,7 @@ use rocklake_core::keys::row_key;
 use rocklake_core::tags;
 use rocklake_core::values::Value;
 use rocklake_core::Error as CoreError;
+use rocklake_core::ViewMark;
 
 use crate::catalog::Catalog;
 use crate::db::Database;
@@ -28,7 +29,7 @@ use crate::relation::{name_key, RelDef, StoredRow, INDEX_PRIMARY_KEY, INDEX_RELA
 impl Database {
     /// Begin a transaction on a point-in-time view of the store.
     pub async fn begin(self: &Arc<Self>) -> Result<Txn> {
-        let view = self.keyspace().committed_view().await?;
+        let (view, mark) = self.keyspace().committed_view_marked().await?;
         // A key space opened read-only refuses writes at the statement, as PostgreSQL's
         // read-only transactions do, not only at COMMIT.
         let read_only = self.keyspace().epoch().is_none();
@@ -38,7 +39,7 @@ impl Database {
         if read_only {
             self.follow_definitions(view.as_ref()).await?;
         }
-        let mut txn = Txn::new(self.clone(), view, self.catalog());
+        let mut txn = Txn::new(self.clone(), view, mark, self.catalog());
         txn.read_only = read_only;
         Ok(txn)
     }
@@ -73,6 +74,10 @@ type PairVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + Send + 'a;
 pub struct Txn {
     db: Arc<Database>,
     view: Arc<dyn ReadView>,
+    /// Where `view` stands among the writer's changes: while the store has none since, a read
+    /// of the store answers what the view does, and the commit checks no precondition (each
+    /// is a value read from the view, or from the store since).
+    mark: ViewMark,
     writes: BTreeMap<Bytes, Option<Bytes>>,
     conds: BTreeMap<Bytes, Option<Bytes>>,
     /// Schemas and tables as this transaction sees them.
@@ -162,9 +167,15 @@ impl Txn {
         .await?;
         Ok(total)
     }
-    pub(crate) fn new(db: Arc<Database>, view: Arc<dyn ReadView>, catalog: Arc<Catalog>) -> Txn {
+    pub(crate) fn new(
+        db: Arc<Database>,
+        view: Arc<dyn ReadView>,
+        mark: ViewMark,
+        catalog: Arc<Catalog>,
+    ) -> Txn {
         Txn {
             view,
+            mark,
             writes: BTreeMap::new(),
             conds: BTreeMap::new(),
             base: catalog.clone(),
@@ -546,6 +557,32 @@ impl Txn {
         Ok(())
     }
 
+    /// Whether `key` is free for a new row (own writes applied); when the view holds nothing
+    /// there, that is also remembered as the precondition of the row's write, which a
+    /// [`Txn::touch`] would otherwise read again.
+    async fn free_for_row(&mut self, key: &Bytes) -> Result<bool> {
+        if let Some(w) = self.writes.get(key) {
+            return Ok(w.is_none());
+        }
+        let seen = self.view.get(key).await?;
+        if seen.is_some() {
+            return Ok(false);
+        }
+        if !self.conds.contains_key(key) {
+            self.expect(key.clone(), None)?;
+        }
+        Ok(true)
+    }
+
+    /// Whether the store holds `key` now, where the view holds nothing: not read when the
+    /// store has had no change since the view was taken.
+    async fn stored_since_view(&self, key: &[u8]) -> Result<bool> {
+        if self.db.keyspace().unchanged_since(self.mark) {
+            return Ok(false);
+        }
+        Ok(self.db.keyspace().backend().get(key).await?.is_some())
+    }
+
     /// Record a write (`None` deletes), counted against the memory bound.
     fn write(&mut self, key: Bytes, value: Option<Bytes>) -> Result<()> {
         let key_len = key.len();
@@ -613,9 +650,8 @@ impl Txn {
         let taken = match self.writes.get(pk) {
             Some(w) => w.is_some(),
             None => {
-                let store = self.db.keyspace().backend();
-                let mut taken =
-                    self.view.get(pk).await?.is_some() || store.get(pk).await?.is_some();
+                let seen = self.view.get(pk).await?;
+                let mut taken = seen.is_some() || self.stored_since_view(pk).await?;
                 let key = Bytes::copy_from_slice(pk);
                 let name = rel.qualified();
                 let stop = self.stop.as_deref();
@@ -623,14 +659,18 @@ impl Txn {
                     // Committed, but another open transaction may be changing or deleting its
                     // row: wait for that one to end, as PostgreSQL's unique check does.
                     if self.held.wait_key(&key, &name, stop).await? {
-                        taken =
-                            self.view.get(pk).await?.is_some() || store.get(pk).await?.is_some();
+                        taken = seen.is_some() || self.stored_since_view(pk).await?;
                     }
                 }
                 // Free now, but another open transaction may have added it: wait for that one
                 // to end (as PostgreSQL's unique index does), then look again.
                 if !taken && self.held.claim_key(&key, &name, stop).await? {
-                    taken = store.get(pk).await?.is_some();
+                    taken = self.stored_since_view(pk).await?;
+                }
+                if !taken && !self.conds.contains_key(pk) {
+                    // What the view held (nothing): the precondition the entry's write needs,
+                    // so that it is not read again.
+                    self.expect(key, seen)?;
                 }
                 taken
             }
@@ -651,20 +691,27 @@ impl Txn {
         }
         let fresh = self.fresh_id(rel, None).await?;
         let tuple = self.db.next_tuple(rel).await?;
-        let (mut key, mut value) = rel.encode(&cells, None, &mut || fresh_or(fresh), tuple)?;
-        if self.get(&key).await?.is_some() {
+        let (key, value) = rel.encode(&cells, None, &mut || fresh_or(fresh), tuple)?;
+        let mut key = Bytes::from(key);
+        let mut value = Bytes::from(value);
+        if !self.free_for_row(&key).await? {
             // Another row holds the key: this one joins the table's overflow, as PostgreSQL's
             // heap keeps two rows a table without a unique constraint allows.
             if rel.overflow_range().is_none() {
                 return Err(storage_key_taken(rel, &key));
             }
             let rid = self.db.issue_row_id().await?;
-            (key, value) = rel.encode_overflow(&cells, rid, tuple);
+            let (k, v) = rel.encode_overflow(&cells, rid, tuple);
+            (key, value) = (Bytes::from(k), Bytes::from(v));
+            self.touch(&key).await?;
         }
-        let key = Bytes::from(key);
-        self.touch(&key).await?;
-        self.write(key.clone(), Some(Bytes::from(value)))?;
-        self.put_tuple(rel, &key, tuple).await?;
+        self.write(key.clone(), Some(value))?;
+        if rel.tuples_indexed() {
+            // A tuple-index entry is only ever written with its row, so the row key's
+            // precondition (a row key nobody else has written) covers it: not read.
+            let t = Bytes::from(rel.tuple_index_key(&key));
+            self.write(t, Some(Bytes::copy_from_slice(&tuple.to_be_bytes())))?;
+        }
         if let Some(pk) = pk {
             let pk = Bytes::from(pk);
             self.touch(&pk).await?;
@@ -730,8 +777,12 @@ impl Txn {
     /// `40001` unless the store still holds the version of `key` this transaction's snapshot
     /// read; that version otherwise.
     async fn still_as_read(&self, key: &Bytes) -> Result<Option<Bytes>> {
-        let now = self.db.keyspace().backend().get(key).await?;
         let seen = self.view.get(key).await?;
+        let now = if self.db.keyspace().unchanged_since(self.mark) {
+            seen.clone()
+        } else {
+            self.db.keyspace().backend().get(key).await?
+        };
         if now.is_some() && now == seen {
             return Ok(seen);
         }
@@ -851,10 +902,13 @@ impl Txn {
     }
 
     /// Commit: one fenced, atomic, durable batch.
-    pub async fn commit(self) -> Result<()> {
+    pub async fn commit(mut self) -> Result<()> {
         if self.writes.is_empty() {
             return Ok(());
         }
+        // Nothing below reads the view. Let go of it first: an engine without snapshots
+        // (sled) would otherwise keep, for it, the old value of every key this batch writes.
+        self.view = Arc::new(rocklake_core::backend::ClosedView);
         let mut batch = WriteBatch::new();
         for (k, v) in &self.writes {
             match v {
@@ -866,7 +920,7 @@ impl Txn {
             batch.expect(k.clone(), v.clone());
         }
         let ks = self.db.keyspace().clone();
-        match ks.commit_batch(batch).await {
+        match ks.commit_batch_read_at(batch, self.mark).await {
             Ok(()) => {
                 if self.ddl {
                     self.db

@@ -1462,3 +1462,167 @@ async fn the_store_pairs_are_the_committed_view_on_every_engine() {
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// The in-memory engine, counting the point reads it and its snapshots answer.
+#[derive(Debug)]
+struct CountingEngine {
+    inner: rocklake_core::MemoryEngine,
+    gets: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl rocklake_core::ReadView for CountingEngine {
+    async fn get(&self, key: &[u8]) -> rocklake_core::Result<Option<bytes::Bytes>> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.get(key).await
+    }
+
+    async fn scan(
+        &self,
+        range: &rocklake_core::KeyRange,
+        order: rocklake_core::Order,
+        limit: usize,
+    ) -> rocklake_core::Result<Vec<rocklake_core::KvPair>> {
+        self.inner.scan(range, order, limit).await
+    }
+}
+
+struct CountingView {
+    inner: std::sync::Arc<dyn rocklake_core::ReadView>,
+    gets: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl rocklake_core::ReadView for CountingView {
+    async fn get(&self, key: &[u8]) -> rocklake_core::Result<Option<bytes::Bytes>> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.get(key).await
+    }
+
+    async fn scan(
+        &self,
+        range: &rocklake_core::KeyRange,
+        order: rocklake_core::Order,
+        limit: usize,
+    ) -> rocklake_core::Result<Vec<rocklake_core::KvPair>> {
+        self.inner.scan(range, order, limit).await
+    }
+}
+
+#[async_trait::async_trait]
+impl rocklake_core::Engine for CountingEngine {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+    fn capabilities(&self) -> rocklake_core::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn apply(&self, ops: Vec<rocklake_core::backend::BatchOp>) -> rocklake_core::Result<()> {
+        self.inner.apply(ops).await
+    }
+    async fn sync(&self) -> rocklake_core::Result<()> {
+        self.inner.sync().await
+    }
+    async fn snapshot(
+        &self,
+    ) -> rocklake_core::Result<Option<std::sync::Arc<dyn rocklake_core::ReadView>>> {
+        let inner = self
+            .inner
+            .snapshot()
+            .await?
+            .expect("the memory engine has snapshots");
+        let gets = self.gets.clone();
+        Ok(Some(std::sync::Arc::new(CountingView { inner, gets })))
+    }
+    async fn close(&self) -> rocklake_core::Result<()> {
+        self.inner.close().await
+    }
+}
+
+/// An INSERT reads each new row's keys once (its storage key and its primary-key entry, from
+/// the view, which is also the precondition of their writes), and a commit with no other
+/// commit since its transaction began reads none of its preconditions again: the store still
+/// holds what its view read. After another commit, every precondition is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_reads_each_key_once_and_a_commit_rereads_only_after_another() {
+    use std::sync::atomic::Ordering;
+    let gets = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let engine = CountingEngine {
+        inner: rocklake_core::MemoryEngine::new(),
+        gets: gets.clone(),
+    };
+    let backend = std::sync::Arc::new(rocklake_core::EngineBackend::new(engine));
+    let ks = rocklake_core::Keyspace::open(backend).await.unwrap();
+    let db = rocklake_sql::Database::open(ks).await.unwrap();
+    let mut s = Session::new(db.clone());
+    let mut other = Session::new(db.clone());
+    // DuckLake's data-file table: tagged rows (with a tuple index) and a primary key.
+    q(&mut s, "CREATE TABLE ducklake_data_file (data_file_id BIGINT PRIMARY KEY, table_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, path VARCHAR)").await;
+    q(
+        &mut s,
+        "INSERT INTO ducklake_data_file VALUES (0, 1, 1, NULL, 'warm')",
+    )
+    .await;
+    let values = |from: i64, n: i64| {
+        (from..from + n)
+            .map(|i| format!("({i}, {}, 1, NULL, 'f{i}')", i % 7))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let reads = |before: u64| gets.load(Ordering::Relaxed) - before;
+
+    // One statement, its own transaction: 100 rows.
+    let before = gets.load(Ordering::Relaxed);
+    q(
+        &mut s,
+        &format!("INSERT INTO ducklake_data_file VALUES {}", values(1, 100)),
+    )
+    .await;
+    let autocommit = reads(before);
+    assert!(
+        autocommit <= 2 * 100 + 20,
+        "an INSERT of 100 rows with its commit read {autocommit} keys: more than two a row"
+    );
+
+    // A block with no other commit meanwhile: its COMMIT reads (next to) nothing.
+    q(&mut s, "BEGIN").await;
+    q(
+        &mut s,
+        &format!("INSERT INTO ducklake_data_file VALUES {}", values(1000, 50)),
+    )
+    .await;
+    let before = gets.load(Ordering::Relaxed);
+    q(&mut s, "COMMIT").await;
+    let quiet = reads(before);
+    assert!(
+        quiet <= 5,
+        "an uncontended COMMIT of 50 rows read {quiet} keys"
+    );
+
+    // Another session commits between: every precondition (row, tuple-index and
+    // primary-key entries) is read again.
+    q(&mut s, "BEGIN").await;
+    q(
+        &mut s,
+        &format!("INSERT INTO ducklake_data_file VALUES {}", values(2000, 50)),
+    )
+    .await;
+    q(
+        &mut other,
+        &format!("INSERT INTO ducklake_data_file VALUES {}", values(3000, 1)),
+    )
+    .await;
+    let before = gets.load(Ordering::Relaxed);
+    q(&mut s, "COMMIT").await;
+    let contended = reads(before);
+    assert!(
+        contended >= 2 * 50,
+        "a COMMIT of 50 rows after another commit read only {contended} keys"
+    );
+    assert_eq!(
+        q(&mut s, "SELECT count(*) FROM ducklake_data_file").await,
+        ["202"]
+    );
+    println!("point reads: INSERT of 100 rows {autocommit}, quiet COMMIT {quiet}, COMMIT after another {contended}");
+    db.close().await.unwrap();
+}
