@@ -49,6 +49,14 @@ pub type DrawHook = Arc<dyn Fn(&'static IdSpace, u64) -> BoxFuture<'static, ()> 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ViewMark(u64);
 
+/// The view the last completed flush left (see [`Inner::flushed_view`]).
+pub(crate) struct FlushedView {
+    /// The number of the last batch it holds.
+    upto: u64,
+    mark: ViewMark,
+    view: Arc<dyn ReadView>,
+}
+
 /// How a catalog behaves.
 #[derive(Clone)]
 pub struct KeyspaceOptions {
@@ -123,7 +131,7 @@ pub(crate) struct Inner {
     /// A view taken just before the last completed flush of the commits (see
     /// [`Keyspace::committed_view`]), with the number of the last batch it holds (every batch
     /// in it is durable) and its [`ViewMark`].
-    pub(crate) flushed_view: Mutex<Option<(u64, ViewMark, Arc<dyn ReadView>)>>,
+    pub(crate) flushed_view: Mutex<Option<FlushedView>>,
     /// How many batches this writer has written that may change a key a transaction reads
     /// (every fenced write but an id reservation's), counted after each write, under the
     /// commit lock: see [`ViewMark`].
@@ -458,9 +466,9 @@ impl Keyspace {
             return Ok((view, mark));
         }
         if group.flushing() {
-            if let Some((upto, kept, flushed)) = &*self.lock_flushed_view() {
-                if *upto >= acknowledged {
-                    return Ok((flushed.clone(), *kept));
+            if let Some(kept) = &*self.lock_flushed_view() {
+                if kept.upto >= acknowledged {
+                    return Ok((kept.view.clone(), kept.mark));
                 }
             }
         }
@@ -485,9 +493,7 @@ impl Keyspace {
         self.mark() == mark
     }
 
-    fn lock_flushed_view(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<(u64, ViewMark, Arc<dyn ReadView>)>> {
+    fn lock_flushed_view(&self) -> std::sync::MutexGuard<'_, Option<FlushedView>> {
         self.inner
             .flushed_view
             .lock()
@@ -510,7 +516,9 @@ impl Keyspace {
         // Leaders flush one at a time and `upto` is read under the commit lock, so each kept
         // view is newer than the one it replaces. The old one is dropped outside the lock:
         // releasing an engine's snapshot may take its own locks.
-        let replaced = self.lock_flushed_view().replace((upto, mark, view));
+        let replaced = self
+            .lock_flushed_view()
+            .replace(FlushedView { upto, mark, view });
         drop(replaced);
         Ok(())
     }
