@@ -16,6 +16,11 @@ use serde_json::json;
 mod cmd;
 mod progress;
 
+/// mimalloc rather than the system's: a release build's statements, scans and bulk inserts
+/// allocated much of their time away in glibc's malloc (README "Benchmarks").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "rocklake",
