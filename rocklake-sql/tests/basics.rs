@@ -1463,37 +1463,21 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The in-memory engine, counting the point reads it and its snapshots answer.
-#[derive(Debug)]
-struct CountingEngine {
-    inner: rocklake_core::MemoryEngine,
+/// The in-memory engine (`V` = `MemoryEngine`) or one of its snapshots, counting the point
+/// reads it answers.
+struct Counting<V: ?Sized> {
+    inner: std::sync::Arc<V>,
     gets: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
-#[async_trait::async_trait]
-impl rocklake_core::ReadView for CountingEngine {
-    async fn get(&self, key: &[u8]) -> rocklake_core::Result<Option<bytes::Bytes>> {
-        self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.get(key).await
-    }
-
-    async fn scan(
-        &self,
-        range: &rocklake_core::KeyRange,
-        order: rocklake_core::Order,
-        limit: usize,
-    ) -> rocklake_core::Result<Vec<rocklake_core::KvPair>> {
-        self.inner.scan(range, order, limit).await
+impl std::fmt::Debug for Counting<rocklake_core::MemoryEngine> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Counting(memory)")
     }
 }
 
-struct CountingView {
-    inner: std::sync::Arc<dyn rocklake_core::ReadView>,
-    gets: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
 #[async_trait::async_trait]
-impl rocklake_core::ReadView for CountingView {
+impl<V: rocklake_core::ReadView + ?Sized> rocklake_core::ReadView for Counting<V> {
     async fn get(&self, key: &[u8]) -> rocklake_core::Result<Option<bytes::Bytes>> {
         self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.get(key).await
@@ -1510,7 +1494,7 @@ impl rocklake_core::ReadView for CountingView {
 }
 
 #[async_trait::async_trait]
-impl rocklake_core::Engine for CountingEngine {
+impl rocklake_core::Engine for Counting<rocklake_core::MemoryEngine> {
     fn name(&self) -> &'static str {
         "memory"
     }
@@ -1532,7 +1516,7 @@ impl rocklake_core::Engine for CountingEngine {
             .await?
             .expect("the memory engine has snapshots");
         let gets = self.gets.clone();
-        Ok(Some(std::sync::Arc::new(CountingView { inner, gets })))
+        Ok(Some(std::sync::Arc::new(Counting { inner, gets })))
     }
     async fn close(&self) -> rocklake_core::Result<()> {
         self.inner.close().await
@@ -1547,8 +1531,8 @@ impl rocklake_core::Engine for CountingEngine {
 async fn an_insert_reads_each_key_once_and_a_commit_rereads_only_after_another() {
     use std::sync::atomic::Ordering;
     let gets = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let engine = CountingEngine {
-        inner: rocklake_core::MemoryEngine::new(),
+    let engine = Counting {
+        inner: std::sync::Arc::new(rocklake_core::MemoryEngine::new()),
         gets: gets.clone(),
     };
     let backend = std::sync::Arc::new(rocklake_core::EngineBackend::new(engine));
