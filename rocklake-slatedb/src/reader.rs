@@ -365,8 +365,33 @@ impl Generation {
     }
 }
 
-/// The newest WAL object of the store at `path` listed after `after` (all of them when `None`).
+/// How many times a WAL listing is tried before its error is the caller's: `object_store`
+/// retries a request that fails, but not a listing whose response body breaks off (a reset
+/// connection), and a standby or reader that opens must not give up on one such break.
+const LIST_TRIES: u32 = 4;
+
+/// The newest WAL object of the store at `path` listed after `after` (all of them when `None`),
+/// listed again (100, 200, 400 ms later) while a listing fails.
 async fn newest_wal_after(
+    store: &Arc<dyn ObjectStore>,
+    path: &str,
+    after: Option<&object_store::path::Path>,
+    url: &str,
+) -> Result<Option<object_store::path::Path>> {
+    let mut tried = 1;
+    loop {
+        match list_newest_wal(store, path, after, url).await {
+            Err(e) if tried < LIST_TRIES => {
+                tracing::warn!(%url, error = %e, "listing the WAL failed; listing it again");
+                tokio::time::sleep(Duration::from_millis(50 << tried)).await;
+                tried += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+async fn list_newest_wal(
     store: &Arc<dyn ObjectStore>,
     path: &str,
     after: Option<&object_store::path::Path>,
