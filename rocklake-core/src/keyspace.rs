@@ -291,7 +291,11 @@ impl Keyspace {
                 published: AtomicU64::new(published),
                 flushed_view: Mutex::new(None),
                 changes: AtomicU64::new(0),
-                lease: epoch.filter(|_| steps_down).and_then(|_| backend.lease()),
+                lease: epoch.filter(|_| steps_down).and_then(|_| {
+                    let lease = backend.lease()?;
+                    lease.will_step_down();
+                    Some(lease)
+                }),
                 backend,
             }),
         })

@@ -35,6 +35,8 @@ pub struct Lease {
     lost: AtomicBool,
     /// Given up because a successor took the store over (not only run out).
     taken: AtomicBool,
+    /// Its writer steps down once it ends (see [`Lease::will_step_down`]).
+    steps_down: AtomicBool,
     /// Why it was given up, once it was.
     why: std::sync::Mutex<String>,
     changed: Notify,
@@ -49,6 +51,7 @@ impl Lease {
             until: AtomicU64::new(until.saturating_duration_since(base).as_nanos() as u64),
             lost: AtomicBool::new(false),
             taken: AtomicBool::new(false),
+            steps_down: AtomicBool::new(false),
             why: std::sync::Mutex::new(String::new()),
             changed: Notify::new(),
         }
@@ -92,6 +95,21 @@ impl Lease {
             };
         }
         self.changed.notify_waiters();
+    }
+
+    /// Said by the key space that checks this lease: once it ends, this writer steps down for
+    /// good (a standby's writer). The engine then stops renewing its record, even where a
+    /// renewal would get through again, so that a standby sees the record go stale and takes
+    /// over. A writer that does not step down (a lone server) keeps renewing it, so that no
+    /// other process takes its store while it runs.
+    pub fn will_step_down(&self) {
+        self.steps_down.store(true, Ordering::Release);
+    }
+
+    /// Whether this lease has ended and its writer steps down (see
+    /// [`Lease::will_step_down`]): its record must no longer be renewed.
+    pub fn stepped_down(&self) -> bool {
+        self.steps_down.load(Ordering::Acquire) && !self.is_held()
     }
 
     /// Whether it was given up because a successor took the store over (a commit refused for

@@ -404,6 +404,11 @@ impl Claim {
                     _ = tokio::time::sleep(lease_for / 4) => {}
                     _ = stopped.changed() => break,
                 }
+                if lease.stepped_down() {
+                    tracing::warn!(%location, "the lease ran out and this writer steps down: it stops renewing its holder record, which a standby then sees go stale");
+                    forget(record.id);
+                    return;
+                }
                 let began = Instant::now();
                 match read(store.as_ref(), &path, &location).await {
                     Ok(Some(theirs))
@@ -423,6 +428,10 @@ impl Claim {
                         tracing::warn!(%location, error = %e, "could not read the holder record; the lease is not renewed");
                         continue;
                     }
+                }
+                if lease.stepped_down() {
+                    // Ran out while the record was read: not renewed either.
+                    continue;
                 }
                 record.beat += 1;
                 record.beat_ms = unix_ms();
