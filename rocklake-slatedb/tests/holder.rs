@@ -1,6 +1,6 @@
 //! The holder record on a real folder: a second writer is refused while the first runs (naming
 //! it), a takeover fences the first for good, and records left by writers that are gone (a dead
-//! pid here, a heartbeat that stopped elsewhere) do not lock the store.
+//! pid here, a heartbeat that stopped elsewhere) do not lock the store; a writer that steps down stops renewing its record once its lease ran out.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -261,4 +261,57 @@ async fn a_standby_waits_out_the_writers_lease_and_a_takeover_ends_it() {
         waited >= Duration::from_millis(750),
         "took a 600 ms lease over after {waited:?}, before 1.25 leases"
     );
+}
+
+/// A writer whose lease ran out while its record could not be written: once the record can be
+/// written again, a writer that steps down (a standby's) leaves it as it was, so that a standby
+/// sees it go stale; a lone writer (`steps_down_on_lapse: false`) renews it again, so that no
+/// other process takes its store while it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_steps_down_stops_renewing_its_record_once_its_lease_ran_out() {
+    for steps_down in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("{}?lease_ms=400", url_of(dir.path()));
+        let backend = open_url(&url).await.unwrap();
+        let options = rocklake_core::KeyspaceOptions {
+            steps_down_on_lapse: steps_down,
+            ..Default::default()
+        };
+        let ks = rocklake_core::Keyspace::open_with(backend.clone(), options)
+            .await
+            .unwrap();
+        let lease = backend.lease().expect("a SlateDB writer keeps a lease");
+        let kept = record(dir.path()).expect("the writer's record");
+
+        // The record's place taken by a folder: no beat can read or write it.
+        std::fs::remove_file(record_file(dir.path())).unwrap();
+        std::fs::create_dir(record_file(dir.path())).unwrap();
+        std::fs::write(record_file(dir.path()).join("x"), b"x").unwrap();
+        let started = Instant::now();
+        while lease.is_held() && started.elapsed() < Duration::from_secs(3) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!lease.is_held(), "the lease did not run out without its record");
+
+        // The record can be written again: six beats' time.
+        std::fs::remove_dir_all(record_file(dir.path())).unwrap();
+        put(dir.path(), &kept);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let now = record(dir.path()).expect("a record");
+        if steps_down {
+            assert_eq!(
+                now.beat, kept.beat,
+                "a writer that steps down renewed its record after its lease ran out"
+            );
+        } else {
+            assert!(
+                now.beat > kept.beat,
+                "a lone writer stopped renewing its record (beat {} then {})",
+                kept.beat,
+                now.beat
+            );
+        }
+        drop(ks);
+        backend.close().await.ok();
+    }
 }
