@@ -1,6 +1,7 @@
 //! The holder record on a real folder: a second writer is refused while the first runs (naming
 //! it), a takeover fences the first for good, and records left by writers that are gone (a dead
-//! pid here, a heartbeat that stopped elsewhere) do not lock the store; a writer that steps down stops renewing its record once its lease ran out.
+//! pid here, a heartbeat that stopped elsewhere) do not lock the store; a writer that steps
+//! down stops renewing its record once its lease ran out.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -291,7 +292,10 @@ async fn a_writer_that_steps_down_stops_renewing_its_record_once_its_lease_ran_o
         while lease.is_held() && started.elapsed() < Duration::from_secs(3) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(!lease.is_held(), "the lease did not run out without its record");
+        assert!(
+            !lease.is_held(),
+            "the lease did not run out without its record"
+        );
 
         // The record can be written again: six beats' time.
         std::fs::remove_dir_all(record_file(dir.path())).unwrap();
