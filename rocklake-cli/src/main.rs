@@ -16,8 +16,8 @@ use serde_json::json;
 mod cmd;
 mod progress;
 
-/// mimalloc rather than the system's: a release build's statements, scans and bulk inserts
-/// allocated much of their time away in glibc's malloc (README "Benchmarks").
+/// mimalloc rather than the system's: glibc's malloc and free were about a third of a release
+/// build's SlateDB scan (README "Bulk inserts and the allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
